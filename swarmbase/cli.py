@@ -1,0 +1,61 @@
+"""`swarmbase` / `python -m swarmbase`: serve (default) or add-caller NAME."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import trio
+
+from . import config, daemon, defaults
+
+
+def _serve() -> int:
+    path = config.config_path()
+    if not path.exists():
+        print(defaults.write_default(path), file=sys.stderr, flush=True)
+    try:
+        cfg = config.load(path)
+    except config.ConfigError as e:
+        print(f"swarmbase: bad config: {e}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        async with trio.open_nursery() as n:
+            url, _ = await n.start(daemon.serve, cfg)
+            daemon.print_ready(url, cfg)
+
+    try:
+        trio.run(main)
+    except OSError as e:
+        print(f"swarmbase: cannot start: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="swarmbase", description="SwarmBase daemon")
+    sub = parser.add_subparsers(dest="cmd")
+    sub.add_parser("serve", help="run the daemon (the default)")
+    add = sub.add_parser("add-caller", help="create a caller's token and key file and add it to the config")
+    add.add_argument("name")
+    sub.add_parser("check-config", help="validate the config and exit")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="swarmbase: %(levelname)s %(name)s: %(message)s")
+    if args.cmd == "add-caller":
+        try:
+            print(defaults.add_caller(config.config_path(), args.name))
+        except config.ConfigError as e:
+            print(f"swarmbase: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if args.cmd == "check-config":
+        try:
+            config.load(config.config_path())
+        except config.ConfigError as e:
+            print(f"swarmbase: bad config: {e}", file=sys.stderr)
+            return 2
+        print("swarmbase: config ok")
+        return 0
+    return _serve()

@@ -1,0 +1,195 @@
+"""A minimal MCPL host, for people and tests.
+
+    python -m swarmbase.client <caller> <tool> '<json>' [--wait]
+
+Reads the caller's token from <state dir>/mcpl-<caller>.token, plays the MCPL 0.5 host
+sequence (initialize id 0 → notifications/initialized → featureSets/update → tools/call)
+and prints the tool result. With --wait it stays connected until the end notice of the
+run it started (or named by runId) arrives, printing every notice it accepts meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
+
+from . import config
+
+
+class RpcFailure(Exception):
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(f"{error.get('code')}: {error.get('message')}")
+        self.error = error
+        self.code = error.get("code")
+
+
+def accept_all(params: dict[str, Any]) -> dict[str, Any]:
+    return {"result": {"accepted": True, "inferenceId": f"swarmbase-client-{params.get('eventId')}"}}
+
+
+class HostClient:
+    """One host connection. `push_answer(params)` returns {"result": …} or {"error": …}."""
+
+    def __init__(self, ws: WebSocketConnection, push_answer: Callable[[dict[str, Any]], dict[str, Any]] = accept_all):
+        self.ws = ws
+        self.push_answer = push_answer
+        self._next = 0
+        self._waiting: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
+        self.notices_send, self.notices = trio.open_memory_channel[dict[str, Any]](10_000)
+        self.closed: ConnectionClosed | None = None
+        self.closed_event = trio.Event()
+
+    async def _reader(self) -> None:
+        try:
+            while True:
+                text = await self.ws.get_message()
+                for line in (text if isinstance(text, str) else text.decode()).split("\n"):
+                    if line.strip():
+                        await self._on_message(json.loads(line))
+        except ConnectionClosed as e:
+            self.closed = e
+        finally:
+            self.closed_event.set()
+            for ch in self._waiting.values():
+                ch.close()
+
+    async def _on_message(self, msg: dict[str, Any]) -> None:
+        if "method" in msg and "id" in msg:
+            if msg["method"] == "push/event":
+                answer = self.push_answer(msg["params"])
+                await self.ws.send_message(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}))
+                if "result" in answer and (answer["result"].get("accepted") or answer["result"].get("reason") == "duplicate"):
+                    self.notices_send.send_nowait(msg["params"])
+            else:
+                await self.ws.send_message(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
+                                                       "error": {"code": -32601, "message": "method not found"}}))
+        elif "id" in msg:
+            ch = self._waiting.pop(msg["id"], None)
+            if ch is not None:
+                ch.send_nowait(msg)
+
+    async def request(self, method: str, params: Any = None, *, raw: bool = False) -> Any:
+        rid = self._next
+        self._next += 1
+        send, recv = trio.open_memory_channel[dict[str, Any]](1)
+        self._waiting[rid] = send
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        await self.ws.send_message(json.dumps(msg))
+        try:
+            resp = await recv.receive()
+        except trio.EndOfChannel:
+            raise ConnectionError("the server closed the connection") from None
+        if raw:
+            return resp
+        if "error" in resp:
+            raise RpcFailure(resp["error"])
+        return resp["result"]
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        await self.ws.send_message(json.dumps(msg))
+
+    async def handshake(self, mcpl_version: str | None = "0.5", grant: bool = True) -> dict[str, Any]:
+        caps: dict[str, Any] = {}
+        if mcpl_version is not None:
+            caps = {"experimental": {"mcpl": {"version": mcpl_version, "pushEvents": True, "featureSets": True}}}
+        init = await self.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": caps,
+                                                 "clientInfo": {"name": "swarmbase-client", "version": "1"}})
+        await self.notify("notifications/initialized")
+        if mcpl_version is not None and grant:
+            if tuple(int(p) for p in mcpl_version.split(".")) >= (0, 5):
+                self.receipt = await self.request("featureSets/update", {
+                    "effectiveCapabilities": ["pushEvents", "tools"], "deniedCapabilities": [],
+                    "enabled": ["swarmbase", "swarmbase.notify"], "disabled": []})
+            else:
+                await self.notify("featureSets/update", {"enabled": ["swarmbase", "swarmbase.notify"]})
+        return init
+
+    async def tool(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await self.request("tools/call", {"name": name, "arguments": arguments or {}})
+
+    async def wait_notice(self, event_id: str) -> dict[str, Any]:
+        async for params in self.notices:
+            if params.get("eventId") == event_id:
+                return params
+        raise ConnectionError("connection closed before the notice arrived")
+
+
+@asynccontextmanager
+async def connect(url: str, token: str | None, **kw: Any) -> AsyncIterator[HostClient]:
+    full = f"{url}?token={token}" if token is not None else url
+    async with open_websocket_url(full, max_message_size=64 * 1024 * 1024) as ws:
+        client = HostClient(ws, **kw)
+        async with trio.open_nursery() as n:
+            n.start_soon(client._reader)
+            try:
+                yield client
+            finally:
+                n.cancel_scope.cancel()
+
+
+async def _main(args: argparse.Namespace) -> int:
+    path = config.config_path()
+    cfg = config.load(path)
+    token_path = cfg.state_dir / f"mcpl-{args.caller}.token"
+    try:
+        token = token_path.read_text().strip()
+    except OSError as e:
+        print(f"swarmbase.client: cannot read {token_path}: {e.strerror}", file=sys.stderr)
+        return 2
+    try:
+        arguments = json.loads(args.json) if args.json else {}
+    except ValueError as e:
+        print(f"swarmbase.client: the arguments are not valid JSON: {e}", file=sys.stderr)
+        return 2
+    url = f"ws://127.0.0.1:{cfg.port}/mcpl"
+    async with connect(url, token) as host:
+        await host.handshake()
+        try:
+            result = await host.tool(args.tool, arguments)
+        except RpcFailure as e:
+            print(f"swarmbase.client: {e}", file=sys.stderr)
+            return 1
+        print(json.dumps(result.get("structuredContent", result), indent=1))
+        if result.get("isError"):
+            return 1
+        if args.wait:
+            run_id = (result.get("structuredContent") or {}).get("runId") or arguments.get("runId")
+            if not run_id:
+                print("swarmbase.client: --wait needs a tool that names a run", file=sys.stderr)
+                return 2
+            async for params in host.notices:
+                print(json.dumps(params, indent=1), flush=True)
+                if params.get("eventId") == f"{run_id}:end":
+                    return 0
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m swarmbase.client", description="A minimal MCPL host for SwarmBase")
+    p.add_argument("caller")
+    p.add_argument("tool")
+    p.add_argument("json", nargs="?", default="{}")
+    p.add_argument("--wait", action="store_true", help="stay connected until the run's end notice arrives")
+    try:
+        return trio.run(_main, p.parse_args(argv))
+    except config.ConfigError as e:
+        print(f"swarmbase.client: bad config: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ConnectionError) as e:
+        print(f"swarmbase.client: cannot reach the daemon: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""The daemon's config: attrs classes, validated with key paths, structured with cattrs.
+
+Each field carries its JSON key and limits in its metadata, so one declaration drives
+validation (unknown keys, types, ranges) and structuring. Loading never half-succeeds:
+a bad config raises ConfigError with one message naming the key path and the fault.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+import stat
+import typing
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, override
+
+from . import jsonc
+
+PROFILES = ("think", "read", "write")
+ENGINES = ("claude", "codex")
+
+
+class ConfigError(Exception):
+    """A config fault; str() is the one line shown to the user."""
+
+
+def _f(key: str, default: Any = attrs.NOTHING, *, lo: float | None = None, hi: float | None = None,
+       factory: Any = None, pattern: str | None = None) -> Any:
+    meta = {"key": key, "min": lo, "max": hi, "pattern": pattern}
+    if factory is not None:
+        return attrs.field(factory=factory, metadata=meta)
+    return attrs.field(default=default, metadata=meta)
+
+
+@attrs.frozen
+class ClaudeEngine:
+    bin: str = _f("bin", "claude")
+    baseUrl: Optional[str] = _f("baseUrl", None)
+
+
+@attrs.frozen
+class CodexEngine:
+    bin: str = _f("bin", "codex")
+    baseUrl: Optional[str] = _f("baseUrl", None)
+    sandbox: Literal["bwrap", "none"] = _f("sandbox", "bwrap")
+    maxTokensDefault: int = _f("maxTokensDefault", 3_000_000, lo=1_000)
+    maxTokensMax: int = _f("maxTokensMax", 3_000_000, lo=1_000)
+
+
+@attrs.frozen
+class Engines:
+    claude: Optional[ClaudeEngine] = _f("claude", None)
+    codex: Optional[CodexEngine] = _f("codex", None)
+
+
+@attrs.frozen
+class Dashboard:
+    adminLogins: list[str] = _f("adminLogins", factory=list)
+
+
+@attrs.frozen
+class DefaultModels:
+    claude: Optional[str] = _f("claude", None)
+    codex: Optional[str] = _f("codex", None)
+
+
+@attrs.frozen
+class PriceRow:
+    """USD per million tokens."""
+    input: float = _f("input", lo=0)
+    output: float = _f("output", lo=0)
+    cacheRead: Optional[float] = _f("cacheRead", None, lo=0)
+    cacheWrite: Optional[float] = _f("cacheWrite", None, lo=0)
+
+
+@attrs.frozen
+class Caller:
+    name: str = _f("name", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    tokenSha256: str = _f("tokenSha256", pattern=r"^[0-9a-f]{64}$")
+    apiKeyFile: Optional[str] = _f("apiKeyFile", None)
+    # None: every engine configured under `engines`.
+    engines: Optional[list[Literal["claude", "codex"]]] = _f("engines", None)
+    maxProfile: Literal["think", "read", "write"] = _f("maxProfile", "read")
+    cwdRoots: list[str] = _f("cwdRoots", factory=list)
+    defaultModels: DefaultModels = _f("defaultModels", factory=DefaultModels)
+    runUsdDefault: float = _f("runUsdDefault", 5.0, lo=0.03, hi=100_000)
+    runUsdMax: float = _f("runUsdMax", 25.0, lo=0.03, hi=100_000)
+    maxActiveRuns: int = _f("maxActiveRuns", 3, lo=1, hi=1_000)
+    runTokensDefault: int = _f("runTokensDefault", 10_000_000, lo=1_000)
+    runTokensMax: int = _f("runTokensMax", 30_000_000, lo=1_000)
+
+
+@attrs.frozen
+class Config:
+    port: int = _f("port", 7360, lo=0, hi=65535)
+    publicUrl: Optional[str] = _f("publicUrl", None)
+    engines: Engines = _f("engines", factory=Engines)
+    maxConcurrentAgents: int = _f("maxConcurrentAgents", 10, lo=1, hi=1_000)
+    perRunConcurrency: int = _f("perRunConcurrency", 8, lo=1, hi=1_000)
+    maxAgentsPerRun: int = _f("maxAgentsPerRun", 200, lo=1, hi=100_000)
+    dashboard: Dashboard = _f("dashboard", factory=Dashboard)
+    callers: list[Caller] = _f("callers", factory=list)
+    prices: dict[str, PriceRow] = _f("prices", factory=dict)
+    deleteWorkOnEnd: bool = _f("deleteWorkOnEnd", True)
+    resumeInterruptedOnBoot: bool = _f("resumeInterruptedOnBoot", False)
+    scriptSliceMs: int = _f("scriptSliceMs", 5000, lo=50, hi=600_000)
+    # Where the config was read from; the state dir is its folder. Not a JSON key.
+    path: Path = attrs.field(default=Path("config.json"), metadata={"key": None})
+
+    @property
+    def state_dir(self) -> Path:
+        return self.path.parent
+
+    def caller(self, name: str) -> Caller | None:
+        return next((c for c in self.callers if c.name == name), None)
+
+
+# ---------------------------------------------------------------------------
+# Validation: a walk over the attrs declarations, with the key path in every error.
+
+def _json_keys(cls: type) -> dict[str, attrs.Attribute]:
+    return {a.metadata["key"]: a for a in attrs.fields(cls) if a.metadata.get("key")}
+
+
+def _type_name(v: Any) -> str:
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+            list: "an array", dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _check(tp: Any, value: Any, path: str, meta: dict[str, Any]) -> None:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return
+        inner = [a for a in args if a is not type(None)]
+        return _check(inner[0], value, path, meta)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path}: must be one of {', '.join(map(repr, args))}, got {value!r}")
+        return
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: must be an array, got {_type_name(value)}")
+        for i, item in enumerate(value):
+            _check(args[0], item, f"{path}[{i}]", {})
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: must be an object, got {_type_name(value)}")
+        for k, item in value.items():
+            _check(args[1], item, f"{path}.{k}", {})
+        return
+    if attrs.has(tp):
+        return _check_object(tp, value, path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: must be true or false, got {_type_name(value)}")
+        return
+    if tp in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: must be a number, got {_type_name(value)}")
+        if tp is int and not (isinstance(value, int) or float(value).is_integer()):
+            raise ConfigError(f"{path}: must be a whole number, got {value!r}")
+        lo, hi = meta.get("min"), meta.get("max")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            rng = f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}"
+            raise ConfigError(f"{path}: must be {rng}, got {value!r}")
+        return
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: must be a string, got {_type_name(value)}")
+        if meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
+            raise ConfigError(f"{path}: {value!r} does not match {meta['pattern']}")
+        return
+    raise AssertionError(f"unhandled config type {tp!r}")
+
+
+def _check_object(cls: type, value: Any, path: str) -> None:
+    where = path or "the config"
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be an object, got {_type_name(value)}")
+    keys = _json_keys(cls)
+    hints = typing.get_type_hints(cls)
+    prefix = f"{path}." if path else ""
+    for k in value:
+        if k not in keys:
+            near = difflib.get_close_matches(k, list(keys), n=1, cutoff=0.5)
+            hint = f" (did you mean {near[0]!r}?)" if near else f" (known keys: {', '.join(keys)})"
+            raise ConfigError(f"{prefix}{k}: unknown key{hint}")
+    for k, a in keys.items():
+        if k in value:
+            _check(hints[a.name], value[k], prefix + k, dict(a.metadata))
+        elif a.default is attrs.NOTHING:
+            raise ConfigError(f"{prefix}{k}: required key is missing")
+
+
+# ---------------------------------------------------------------------------
+# Structuring with cattrs: JSON keys map onto fields through the metadata.
+
+def _converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    for cls in (ClaudeEngine, CodexEngine, Engines, Dashboard, DefaultModels, PriceRow, Caller, Config):
+        overrides = {a.name: override(rename=a.metadata["key"]) if a.metadata.get("key") else override(omit=True)
+                     for a in attrs.fields(cls)}
+        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **overrides))
+    conv.register_structure_hook(float, lambda v, _: float(v))
+    conv.register_structure_hook(int, lambda v, _: int(v))
+    return conv
+
+
+CONVERTER = _converter()
+
+
+def _apply_aliases(raw: dict[str, Any]) -> dict[str, Any]:
+    """apiBaseUrl / claudeBin → engines.claude.baseUrl / .bin; caller defaultModel → defaultModels.claude."""
+    raw = dict(raw)
+    legacy = {k: raw.pop(k) for k in ("apiBaseUrl", "claudeBin") if k in raw}
+    if legacy:
+        engines = dict(raw.get("engines") or {})
+        claude = dict(engines.get("claude") or {})
+        if "apiBaseUrl" in legacy:
+            claude.setdefault("baseUrl", legacy["apiBaseUrl"])
+        if "claudeBin" in legacy:
+            claude.setdefault("bin", legacy["claudeBin"])
+        engines["claude"] = claude
+        raw["engines"] = engines
+    if isinstance(raw.get("callers"), list):
+        callers = []
+        for c in raw["callers"]:
+            if isinstance(c, dict) and "defaultModel" in c:
+                c = dict(c)
+                models = dict(c.get("defaultModels") or {})
+                models.setdefault("claude", c.pop("defaultModel"))
+                c["defaultModels"] = models
+            callers.append(c)
+        raw["callers"] = callers
+    return raw
+
+
+def expand(p: str) -> str:
+    return os.path.expanduser(p)
+
+
+def resolve_bin(value: str, path: str, search_path: str | None = None) -> str:
+    """A bare name is looked up on PATH now, so a missing CLI stops start-up, not an agent."""
+    candidate = expand(value)
+    if os.sep not in candidate:
+        found = shutil.which(candidate, path=search_path)
+        if not found:
+            raise ConfigError(f"{path}: {value!r} was not found on PATH")
+        return found
+    if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+        raise ConfigError(f"{path}: {candidate} does not exist or is not executable")
+    return candidate
+
+
+def _check_key_file(path: str, where: str) -> None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: key file {path} does not exist") from None
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise ConfigError(f"{where}: key file {path} must be mode 0600 (it is {stat.S_IMODE(st.st_mode):04o}); "
+                          f"run: chmod 600 {path}")
+
+
+def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
+    names: dict[str, int] = {}
+    hashes: dict[str, int] = {}
+    callers = []
+    for i, c in enumerate(cfg.callers):
+        where = f"callers[{i}]"
+        if c.name in names:
+            raise ConfigError(f"{where}.name: duplicate caller name {c.name!r} (also callers[{names[c.name]}])")
+        names[c.name] = i
+        if c.tokenSha256 in hashes:
+            raise ConfigError(f"{where}.tokenSha256: the same token hash as callers[{hashes[c.tokenSha256]}]; "
+                              f"every caller needs its own token")
+        hashes[c.tokenSha256] = i
+        if c.runUsdDefault > c.runUsdMax:
+            raise ConfigError(f"{where}.runUsdDefault: {c.runUsdDefault:g} is above runUsdMax {c.runUsdMax:g}")
+        if c.runTokensDefault > c.runTokensMax:
+            raise ConfigError(f"{where}.runTokensDefault: {c.runTokensDefault} is above runTokensMax {c.runTokensMax}")
+        key_file = expand(c.apiKeyFile) if c.apiKeyFile else None
+        if key_file:
+            _check_key_file(key_file, f"{where}.apiKeyFile")
+        roots = []
+        for j, r in enumerate(c.cwdRoots):
+            r = expand(r)
+            if not os.path.isabs(r):
+                raise ConfigError(f"{where}.cwdRoots[{j}]: {r!r} must be an absolute path")
+            roots.append(os.path.realpath(r))
+        allowed = c.engines
+        if allowed is None:
+            allowed = [e for e in ENGINES if getattr(cfg.engines, e) is not None]
+        for j, e in enumerate(allowed):
+            if getattr(cfg.engines, e) is None:
+                raise ConfigError(f"{where}.engines[{j}]: engine {e!r} is not configured under engines")
+        callers.append(attrs.evolve(c, apiKeyFile=key_file, cwdRoots=roots, engines=list(allowed)))
+    engines = cfg.engines
+    if engines.claude is not None:
+        engines = attrs.evolve(engines, claude=attrs.evolve(
+            engines.claude, bin=resolve_bin(engines.claude.bin, "engines.claude.bin", search_path)))
+    if engines.codex is not None:
+        cx = engines.codex
+        if cx.maxTokensDefault > cx.maxTokensMax:
+            raise ConfigError(f"engines.codex.maxTokensDefault: {cx.maxTokensDefault} is above maxTokensMax {cx.maxTokensMax}")
+        engines = attrs.evolve(engines, codex=attrs.evolve(
+            cx, bin=resolve_bin(cx.bin, "engines.codex.bin", search_path)))
+    return attrs.evolve(cfg, callers=callers, engines=engines)
+
+
+def parse(text: str, path: Path, search_path: str | None = None) -> Config:
+    try:
+        raw = jsonc.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"not valid JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"the config must be a JSON object, got {_type_name(raw)}")
+    raw = _apply_aliases(raw)
+    _check_object(Config, raw, "")
+    cfg = CONVERTER.structure(raw, Config)
+    cfg = attrs.evolve(cfg, path=path)
+    return _semantic_checks(cfg, search_path)
+
+
+def config_path(env: typing.Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    named = env.get("SWARMBASE_CONFIG")
+    if named:
+        return Path(expand(named)).absolute()
+    return Path(expand("~/.swarmbase/config.json"))
+
+
+def load(path: Path, search_path: str | None = None) -> Config:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        return parse(text, path, search_path)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None

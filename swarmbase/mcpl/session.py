@@ -1,0 +1,286 @@
+"""One MCPL connection: handshake, grant, tools, and pushing run-end notices.
+
+The read loop never blocks on our own requests: push/event answers come back through
+it and are matched to waiting senders by id. Notices are pushed only after a 0.5 host's
+featureSets/update Request was answered (older hosts: after their Notification, or a
+grace period), oldest first, and leave the outbox only when accepted or duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import random
+from typing import Any, Awaitable, Callable, Protocol
+
+import trio
+
+from .. import __version__
+from ..config import Caller, Config
+from ..outbox import Outbox, backoff_delay, classify_answer
+from ..runs.supervisor import Supervisor
+from . import features, jsonrpc, tools
+from .jsonrpc import Invalid, Notification, Request, Response, RpcError
+
+log = logging.getLogger("swarmbase.mcpl")
+
+PROTOCOL_VERSION = "2024-11-05"
+PUSH_TIMEOUT_S = 30.0
+LEGACY_GRANT_GRACE_S = 20.0
+UNAUTH_CLOSE_AFTER_S = 10.0
+CLOSE_UNAUTHORIZED = 4001
+CLOSE_REPLACED = 4000
+CLOSE_GOING_AWAY = 1001
+
+
+class Transport(Protocol):
+    async def send(self, text: str) -> None: ...
+    async def receive(self) -> str | bytes: ...
+    async def close(self, code: int, reason: str) -> None: ...
+
+
+def caller_for_token(cfg: Config, token: str | None) -> Caller | None:
+    """Constant-time match of sha256(token) against every caller's tokenSha256."""
+    if not token:
+        return None
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    found = None
+    for c in cfg.callers:
+        if hmac.compare_digest(digest, c.tokenSha256):
+            found = c
+    return found
+
+
+class Hub:
+    """The live session of each caller; a new connection replaces the old one."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, "Session"] = {}
+
+    async def attach(self, session: "Session") -> None:
+        assert session.caller is not None
+        old = self.sessions.get(session.caller.name)
+        self.sessions[session.caller.name] = session
+        if old is not None and old is not session:
+            await old.close(CLOSE_REPLACED, "replaced by a newer connection of the same caller")
+
+    def detach(self, session: "Session") -> None:
+        if session.caller and self.sessions.get(session.caller.name) is session:
+            del self.sessions[session.caller.name]
+
+
+class Session:
+    def __init__(self, transport: Transport, cfg: Config, caller: Caller | None, sup: Supervisor,
+                 outbox: Outbox, hub: Hub, rng: random.Random | None = None) -> None:
+        self.t = transport
+        self.cfg = cfg
+        self.caller = caller
+        self.sup = sup
+        self.outbox = outbox
+        self.hub = hub
+        self.rng = rng or random.Random()
+        self.initialized = False
+        self.mcpl_version: str | None = None   # None: a plain MCP client
+        self.grant = features.EMPTY_GRANT
+        self.grant_changed = trio.Event()
+        self._next_id = 0
+        self._waiting: dict[int, trio.MemorySendChannel[Response]] = {}
+        self._send_lock = trio.Lock()
+        self._closed = False
+        self.push_attempts: list[float] = []   # times of push attempts, for tests and status
+
+    # -- plumbing -----------------------------------------------------------
+    async def send(self, msg: dict[str, Any]) -> None:
+        async with self._send_lock:
+            await self.t.send(jsonrpc.dumps(msg))
+
+    async def close(self, code: int, reason: str) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.t.close(code, reason)
+        except Exception:  # the peer may already be gone
+            pass
+
+    async def request(self, method: str, params: Any, timeout: float) -> Response:
+        rid = self._next_id
+        self._next_id += 1
+        send_ch, recv_ch = trio.open_memory_channel[Response](1)
+        self._waiting[rid] = send_ch
+        try:
+            await self.send(jsonrpc.request(rid, method, params))
+            with trio.fail_after(timeout):
+                return await recv_ch.receive()
+        finally:
+            self._waiting.pop(rid, None)
+
+    def _set_grant(self, grant: features.Grant) -> None:
+        self.grant = grant
+        ev, self.grant_changed = self.grant_changed, trio.Event()
+        ev.set()
+
+    # -- main loop ------------------------------------------------------------
+    async def serve(self) -> None:
+        try:
+            if self.caller is None:
+                await self._refuse()
+                return
+            await self.hub.attach(self)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._deliver_loop)
+                await self._read_loop(nursery)
+                nursery.cancel_scope.cancel()
+        finally:
+            self.hub.detach(self)
+
+    async def _refuse(self) -> None:
+        """Bad or missing token: answer the first request with -32001, close 4001."""
+        with trio.move_on_after(UNAUTH_CLOSE_AFTER_S):
+            while True:
+                frame = await self.t.receive()
+                parsed = jsonrpc.parse_frame(frame if isinstance(frame, str) else frame.decode("utf-8", "replace"))
+                if isinstance(parsed, RpcError):
+                    continue
+                rid = next((m.id for m in parsed if isinstance(m, (Request, Invalid)) and m.id is not None), None)
+                if rid is not None:
+                    await self.send(jsonrpc.error(rid, RpcError(
+                        jsonrpc.UNAUTHORIZED, "unauthorized: the token is missing or matches no caller")))
+                    break
+        await self.close(CLOSE_UNAUTHORIZED, "unauthorized")
+
+    async def _read_loop(self, nursery: trio.Nursery) -> None:
+        while True:
+            frame = await self.t.receive()
+            text = frame if isinstance(frame, str) else frame.decode("utf-8", "replace")
+            parsed = jsonrpc.parse_frame(text)
+            if isinstance(parsed, RpcError):
+                await self.send(jsonrpc.error(None, parsed))
+                continue
+            for msg in parsed:
+                await self._dispatch(msg, nursery)
+
+    async def _dispatch(self, msg: Any, nursery: trio.Nursery) -> None:
+        if isinstance(msg, Response):
+            ch = self._waiting.get(msg.id) if isinstance(msg.id, int) else None
+            if ch is not None:
+                ch.send_nowait(msg)
+            return
+        if isinstance(msg, Invalid):
+            await self.send(jsonrpc.error(msg.id, msg.error))
+            return
+        if isinstance(msg, Notification):
+            self._on_notification(msg, nursery)
+            return
+        try:
+            value = self._handle(msg, nursery)
+            await self.send(jsonrpc.result(msg.id, value))
+        except RpcError as e:
+            await self.send(jsonrpc.error(msg.id, e))
+        except Exception as e:
+            log.exception("request %s failed", msg.method)
+            await self.send(jsonrpc.error(msg.id, RpcError(jsonrpc.INTERNAL_ERROR, f"internal error: {e}")))
+
+    def _on_notification(self, msg: Notification, nursery: trio.Nursery) -> None:
+        if msg.method == "featureSets/update":
+            if self.mcpl_version is None:
+                return
+            if features.is_05_or_later(self.mcpl_version):
+                # Never a grant in 0.5: only `disabled` applies.
+                self._set_grant(features.disable_only(self.grant, msg.params))
+            else:
+                self._set_grant(features.legacy_selection(msg.params))
+        # notifications/initialized, notifications/cancelled and unknown ones need no answer.
+
+    def _handle(self, req: Request, nursery: trio.Nursery) -> Any:
+        m = req.method
+        if m == "initialize":
+            return self._initialize(req.params, nursery)
+        if m == "ping":
+            return {}
+        if m == "featureSets/update":
+            if self.mcpl_version is None:
+                raise RpcError(jsonrpc.METHOD_NOT_FOUND, "method not found: featureSets/update (not an MCPL session)")
+            try:
+                grant, receipt = features.apply_update(req.params)
+            except features.GrantError as e:
+                self._set_grant(features.EMPTY_GRANT)
+                raise RpcError(jsonrpc.INVALID_PARAMS, f"invalid params: {e}") from None
+            self._set_grant(grant)
+            return receipt
+        if m in ("tools/list", "tools/call"):
+            if not self.initialized:
+                raise RpcError(jsonrpc.INVALID_REQUEST, "invalid request: send initialize first")
+            if m == "tools/list":
+                return {"tools": tools.TOOLS}
+            assert self.caller is not None
+            return tools.call(self.sup, self.caller, req.params)
+        raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {m}")
+
+    def _initialize(self, params: Any, nursery: trio.Nursery) -> dict[str, Any]:
+        params = params if isinstance(params, dict) else {}
+        caps = params.get("capabilities") if isinstance(params.get("capabilities"), dict) else {}
+        exp = caps.get("experimental") if isinstance(caps.get("experimental"), dict) else {}
+        mcpl = exp.get("mcpl")
+        self.initialized = True
+        result: dict[str, Any] = {
+            "protocolVersion": PROTOCOL_VERSION,
+            "serverInfo": {"name": "swarmbase", "version": __version__},
+            "capabilities": {"tools": {}},
+            "instructions": "Call the guide tool for the script authoring reference.",
+        }
+        if isinstance(mcpl, dict):
+            self.mcpl_version = str(mcpl.get("version", "0"))
+            result["capabilities"]["experimental"] = {"mcpl": {
+                "version": "0.5", "pushEvents": True,
+                "featureSets": features.declarations_for(self.mcpl_version)}}
+            if not features.is_05_or_later(self.mcpl_version) and mcpl.get("pushEvents"):
+                nursery.start_soon(self._legacy_grace)
+        return result
+
+    async def _legacy_grace(self) -> None:
+        """Pre-0.5 hosts may never send featureSets/update: assume the selection after a grace period."""
+        await trio.sleep(LEGACY_GRANT_GRACE_S)
+        if self.grant is features.EMPTY_GRANT:
+            self._set_grant(features.legacy_selection({}))
+
+    # -- notices ------------------------------------------------------------
+    async def _deliver_loop(self) -> None:
+        assert self.caller is not None
+        attempt = 0
+        while True:
+            if not self.grant.can_push:
+                await self.grant_changed.wait()
+                continue
+            pending = self.outbox.pending(self.caller.name)
+            if not pending:
+                with trio.CancelScope() as scope:
+                    async with trio.open_nursery() as n:
+                        async def wake_on(fn: Callable[[], Awaitable[None]]) -> None:
+                            await fn()
+                            scope.cancel()
+                        n.start_soon(wake_on, lambda: self.outbox.wait_for_new(self.caller.name))  # type: ignore[union-attr]
+                        n.start_soon(wake_on, self.grant_changed.wait)
+                continue
+            notice = pending[0]
+            verdict = await self._push(notice)
+            if verdict == "done":
+                self.outbox.remove(notice["eventId"])
+                attempt = 0
+            elif verdict in ("wait-grant", "hold"):
+                log.warning("caller %s: notice %s held (%s)", self.caller.name, notice["eventId"], verdict)
+                await self.grant_changed.wait()
+            else:
+                await trio.sleep(backoff_delay(attempt, self.rng))
+                attempt += 1
+
+    async def _push(self, notice: dict[str, Any]) -> str:
+        self.push_attempts.append(trio.current_time())
+        try:
+            resp = await self.request("push/event", notice, PUSH_TIMEOUT_S)
+        except trio.TooSlowError:
+            return "retry"
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise
+        return classify_answer(resp.result, resp.error)

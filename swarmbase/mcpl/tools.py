@@ -1,0 +1,196 @@
+"""The caller's tools: schemas, validation and handlers. Each handler sees only the
+calling caller's runs; another caller's run answers exactly like a missing one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import jsonschema
+
+from .. import guide
+from ..config import Caller
+from ..runs.model import STATUSES, TERMINAL
+from ..runs.supervisor import EFFORTS, RunRefused, Supervisor
+from .jsonrpc import INVALID_PARAMS, RpcError
+
+MAX_SCRIPT_CHARS = 1_000_000
+RESULT_PAGE_DEFAULT = 20_000
+RESULT_PAGE_MAX = 200_000
+
+RUN_ID = {"type": "string", "pattern": "^run_[0-9a-f]{12}$", "description": "The runId returned by run"}
+
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "run",
+        "description": ("Start a run of a JavaScript orchestration script (agent(), parallel(), pipeline(), "
+                        "phase(), log(), args, budget). Returns {runId} at once; a push notice arrives when "
+                        "the run ends. Call guide first for the authoring reference."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "script": {"type": "string", "minLength": 1, "maxLength": MAX_SCRIPT_CHARS,
+                           "description": "The script: the body of an async function (top-level await and return)"},
+                "args": {"description": "Any JSON value, visible to the script as `args`"},
+                "label": {"type": "string", "minLength": 1, "maxLength": 200},
+                "model": {"type": "string", "minLength": 1, "maxLength": 200,
+                          "description": "Default model for claude agents of this run"},
+                "effort": {"enum": list(EFFORTS)},
+                "profile": {"enum": ["think", "read", "write"],
+                            "description": "Default agent profile; at most the caller's maxProfile"},
+                "budgetUsd": {"type": "number", "exclusiveMinimum": 0},
+                "budgetTokens": {"type": "integer", "minimum": 1},
+                "keepWork": {"type": "boolean", "description": "Keep the run's work/ dir after it ends"},
+            },
+            "required": ["script"],
+            "additionalProperties": False,
+        },
+    },
+    {
+        "name": "status",
+        "description": "A run's status: phases with each agent's state and cost, totals, recent log lines.",
+        "inputSchema": {"type": "object", "properties": {
+            "runId": RUN_ID, "logLines": {"type": "integer", "minimum": 0, "maximum": 500}},
+            "required": ["runId"], "additionalProperties": False},
+    },
+    {
+        "name": "result",
+        "description": "The run's return value as JSON text, paged by character offset.",
+        "inputSchema": {"type": "object", "properties": {
+            "runId": RUN_ID,
+            "offset": {"type": "integer", "minimum": 0},
+            "limit": {"type": "integer", "minimum": 1, "maximum": RESULT_PAGE_MAX}},
+            "required": ["runId"], "additionalProperties": False},
+    },
+    {
+        "name": "cancel",
+        "description": "Stop a run: the script and every agent are killed; finished agent results stay cached.",
+        "inputSchema": {"type": "object", "properties": {"runId": RUN_ID},
+                        "required": ["runId"], "additionalProperties": False},
+    },
+    {
+        "name": "list",
+        "description": "The caller's recent runs, newest first.",
+        "inputSchema": {"type": "object", "properties": {
+            "limit": {"type": "integer", "minimum": 1, "maximum": 500},
+            "status": {"enum": list(STATUSES)}},
+            "additionalProperties": False},
+    },
+    {
+        "name": "guide",
+        "description": "The script authoring reference: hooks, agent options, profiles, budgets, determinism rules, examples.",
+        "inputSchema": {"type": "object", "properties": {"topic": {"enum": guide.TOPICS}},
+                        "additionalProperties": False},
+    },
+]
+
+_VALIDATORS = {t["name"]: jsonschema.Draft202012Validator(t["inputSchema"]) for t in TOOLS}
+
+
+class ToolError(Exception):
+    """A refusal the model should read: returned as a result with isError true."""
+
+
+def validate(name: str, args: Any) -> dict[str, Any]:
+    if args is None:
+        args = {}
+    validator = _VALIDATORS[name]
+    errors = sorted(validator.iter_errors(args), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        e = errors[0]
+        path = "arguments" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path)
+        raise RpcError(INVALID_PARAMS, f"invalid params: {path}: {e.message}", {"path": path})
+    return args
+
+
+def _run(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        run = sup.start(caller, a)
+    except RunRefused as e:
+        raise ToolError(str(e)) from None
+    return {"runId": run.id}
+
+
+def _get(sup: Supervisor, caller: Caller, run_id: str) -> Any:
+    try:
+        return sup.get(caller.name, run_id)
+    except RunRefused as e:
+        raise ToolError(str(e)) from None
+
+
+def _status(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    run = _get(sup, caller, a["runId"])
+    out = run.summary()
+    out["profile"] = run.profile
+    out["model"] = run.model
+    out["phases"] = sup.phases(run)
+    out["log"] = sup.store.recent_log(run, a.get("logLines", 20))
+    return out
+
+
+def _result(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    run = _get(sup, caller, a["runId"])
+    if run.status not in TERMINAL:
+        raise ToolError(f"run {run.id} is still {run.status}; the result is there once it ends")
+    text = sup.store.result_text(run)
+    if text is None:
+        raise ToolError(f"run {run.id} ended {run.status} without a return value"
+                        + (f": {run.error}" if run.error else ""))
+    offset = a.get("offset", 0)
+    limit = a.get("limit", RESULT_PAGE_DEFAULT)
+    page = text[offset: offset + limit]
+    end = offset + len(page)
+    return {"runId": run.id, "status": run.status, "totalChars": len(text), "offset": offset,
+            "text": page, "nextOffset": end if end < len(text) else None}
+
+
+def _cancel(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    run = _get(sup, caller, a["runId"])
+    if not sup.cancel(run, by=f"caller {caller.name}"):
+        return {"runId": run.id, "status": run.status, "note": f"the run had already ended ({run.status})"}
+    return {"runId": run.id, "status": "cancelling"}
+
+
+def _list(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    runs = sup.runs_of(caller.name)
+    if a.get("status"):
+        runs = [r for r in runs if r.status == a["status"]]
+    return {"runs": [r.summary() for r in runs[: a.get("limit", 20)]]}
+
+
+def _guide(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    return {"topic": a.get("topic", "all"), "text": guide.text(a.get("topic"))}
+
+
+HANDLERS: dict[str, Callable[[Supervisor, Caller, dict[str, Any]], dict[str, Any]]] = {
+    "run": _run, "status": _status, "result": _result, "cancel": _cancel, "list": _list, "guide": _guide,
+}
+
+
+def render(name: str, value: dict[str, Any]) -> str:
+    """The text rendering beside structuredContent, for hosts that show only text."""
+    if name == "guide":
+        return value["text"]
+    if name == "result":
+        more = f"\n[{value['nextOffset']} of {value['totalChars']} chars shown; call result with offset " \
+               f"{value['nextOffset']} for more]" if value["nextOffset"] is not None else ""
+        return value["text"] + more
+    return json.dumps(value, ensure_ascii=False, indent=1)
+
+
+def call(sup: Supervisor, caller: Caller, params: Any) -> dict[str, Any]:
+    """tools/call → the MCP result. Schema faults raise RpcError(-32602); refusals are
+    results with isError so the model reads them."""
+    if not isinstance(params, dict) or not isinstance(params.get("name"), str):
+        raise RpcError(INVALID_PARAMS, "invalid params: params.name must be a tool name", {"path": "params.name"})
+    name = params["name"]
+    if name not in HANDLERS:
+        raise RpcError(INVALID_PARAMS, f"invalid params: unknown tool {name!r} (tools: {', '.join(HANDLERS)})",
+                       {"path": "params.name"})
+    args = validate(name, params.get("arguments"))
+    try:
+        value = HANDLERS[name](sup, caller, args)
+    except ToolError as e:
+        msg = str(e)
+        return {"content": [{"type": "text", "text": msg}], "structuredContent": {"error": msg}, "isError": True}
+    return {"content": [{"type": "text", "text": render(name, value)}], "structuredContent": value}

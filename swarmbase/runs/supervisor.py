@@ -1,0 +1,255 @@
+"""The supervisor: starts, tracks, cancels and finishes runs.
+
+Every run is a task in the supervisor's nursery under its own cancel scope; cancelling
+the scope reaches the script runner's process group (and, through the engines, every
+agent group). A run's end is always recorded the same way: status, result, work dir,
+then a notice into the durable outbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Protocol
+
+import attrs
+import trio
+
+from .. import notices
+from ..config import PROFILES, Caller, Config
+from ..outbox import Outbox
+from ..runner import AgentCallError, RunnerLimits, run_script
+from .model import Run, iso, new_run_id
+from .store import RunStore
+
+log = logging.getLogger("swarmbase.supervisor")
+
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
+
+
+class RunRefused(Exception):
+    """A run request the caller's policy does not allow; the message says why."""
+
+
+class AgentService(Protocol):
+    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Any: ...
+
+
+class NoEngines:
+    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Any:
+        raise AgentCallError("agent(): no engine is wired into this daemon build")
+
+
+@attrs.define(eq=False)
+class LiveRun:
+    """In-memory state of a run while it is in flight."""
+    run: Run
+    caller: Caller
+    scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
+    stop_reason: str | None = None          # 'cancel' or 'shutdown'
+    cancelled_by: str = "the caller"
+    phases: list[dict[str, Any]] = attrs.Factory(list)
+    finished: trio.Event = attrs.Factory(trio.Event)
+
+    def budget_view(self) -> dict[str, Any]:
+        r = self.run
+        return {"total": r.budget_usd, "spent": round(r.spent_usd, 6), "reserved": 0.0,
+                "remaining": round(max(0.0, r.budget_usd - r.spent_usd), 6)}
+
+
+class _Host:
+    """The ScriptHost for one run: what the script's hooks do on the daemon side."""
+
+    def __init__(self, sup: "Supervisor", live: LiveRun) -> None:
+        self.sup = sup
+        self.live = live
+
+    async def agent(self, prompt: str, opts: dict[str, Any]) -> Any:
+        return await self.sup.agents.call(self.live, prompt, opts)
+
+    def phase(self, title: str) -> None:
+        self.live.phases.append({"title": title, "agents": []})
+        self.sup.store.save_phases(self.live.run, self.live.phases)
+        self.sup.record_log(self.live.run, f"phase: {title}")
+
+    def log(self, message: str) -> None:
+        self.sup.record_log(self.live.run, message)
+
+    def meta(self, meta: Any) -> None:
+        if isinstance(meta, dict):
+            clean = {k: str(v)[:500] for k, v in meta.items() if k in ("name", "description") and v is not None}
+            self.live.run.meta = clean
+            self.sup.store.save(self.live.run)
+            self.sup.changed(self.live.run)
+
+    def budget_view(self) -> dict[str, Any]:
+        return self.live.budget_view()
+
+
+class Supervisor:
+    def __init__(self, cfg: Config, store: RunStore, outbox: Outbox,
+                 agents: AgentService | None = None, limits: RunnerLimits | None = None,
+                 runner_argv: list[str] | None = None) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.outbox = outbox
+        self.agents = agents or NoEngines()
+        self.limits = limits or RunnerLimits(slice_ms=cfg.scriptSliceMs)
+        self.runner_argv = runner_argv
+        self.runs: dict[str, Run] = {}
+        self.live: dict[str, LiveRun] = {}
+        self.accepting = True
+        self.listeners: list[Callable[[Run], None]] = []
+        self._nursery: trio.Nursery | None = None
+
+    # -- boot -------------------------------------------------------------
+    def recover(self) -> list[Run]:
+        """Load every run; runs left in flight by a dead daemon become interrupted (and
+        their callers get a notice); ended runs' work dirs are swept unless kept."""
+        interrupted = []
+        for run in self.store.load_all():
+            self.runs[run.id] = run
+            if run.active:
+                run.set_status("interrupted", time.time(), reason="the daemon stopped while the run was in flight")
+                run.error = "interrupted: the daemon stopped while the run was in flight"
+                self.store.save(run)
+                self.outbox.add(run.caller, notices.build(run, None))
+                interrupted.append(run)
+            if not self._keeps_work(run):
+                self.store.delete_work(run)
+        return interrupted
+
+    def _keeps_work(self, run: Run) -> bool:
+        return run.keep_work or not self.cfg.deleteWorkOnEnd
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    # -- queries ----------------------------------------------------------
+    def runs_of(self, caller: str) -> list[Run]:
+        return sorted((r for r in self.runs.values() if r.caller == caller),
+                      key=lambda r: r.created_at, reverse=True)
+
+    def get(self, caller: str, run_id: str) -> Run:
+        run = self.runs.get(run_id)
+        # Another caller's run answers exactly like a missing one.
+        if run is None or run.caller != caller:
+            raise RunRefused(f"no run {run_id!r} for this caller")
+        return run
+
+    def phases(self, run: Run) -> list[dict[str, Any]]:
+        live = self.live.get(run.id)
+        return list(live.phases) if live else self.store.phases(run)
+
+    # -- changes ------------------------------------------------------------
+    def changed(self, run: Run) -> None:
+        for fn in list(self.listeners):
+            fn(run)
+
+    def record_log(self, run: Run, message: str, level: str = "info") -> None:
+        self.store.append_log(run, message, level)
+        self.changed(run)
+
+    # -- start ------------------------------------------------------------
+    def start(self, caller: Caller, params: dict[str, Any]) -> Run:
+        if not self.accepting or self._nursery is None:
+            raise RunRefused("the daemon is shutting down and accepts no new runs")
+        profile = params.get("profile") or caller.maxProfile
+        if PROFILES.index(profile) > PROFILES.index(caller.maxProfile):
+            raise RunRefused(f"profile {profile!r} is above this caller's maxProfile {caller.maxProfile!r}")
+        budget_usd = float(params.get("budgetUsd", caller.runUsdDefault))
+        if budget_usd > caller.runUsdMax:
+            raise RunRefused(f"budgetUsd {budget_usd:g} is above this caller's runUsdMax {caller.runUsdMax:g}")
+        budget_tokens = int(params.get("budgetTokens", caller.runTokensDefault))
+        if budget_tokens > caller.runTokensMax:
+            raise RunRefused(f"budgetTokens {budget_tokens} is above this caller's runTokensMax {caller.runTokensMax}")
+        active = [r for r in self.runs.values() if r.caller == caller.name and r.active]
+        if len(active) >= caller.maxActiveRuns:
+            raise RunRefused(f"this caller already has {len(active)} active runs (maxActiveRuns is "
+                             f"{caller.maxActiveRuns}); wait for one to end or cancel one")
+        now = time.time()
+        run_id = new_run_id()
+        run = Run(id=run_id, caller=caller.name, dir_name=RunStore.dir_name_for(run_id, now), created_at=now,
+                  label=params.get("label"), args=params.get("args"), model=params.get("model"),
+                  effort=params.get("effort"), profile=profile, budget_usd=budget_usd,
+                  budget_tokens=budget_tokens, keep_work=bool(params.get("keepWork", False)),
+                  resumed_from=params.get("resumedFrom"))
+        run.history.append({"status": "queued", "at": iso(now)})
+        self.store.create(run, params["script"])
+        self.runs[run.id] = run
+        live = LiveRun(run=run, caller=caller)
+        self.live[run.id] = live
+        self._nursery.start_soon(self._run, live)
+        self.changed(run)
+        return run
+
+    async def _run(self, live: LiveRun) -> None:
+        run = live.run
+        outcome = None
+        try:
+            with live.scope:
+                run.set_status("running", time.time())
+                self.store.save(run)
+                self.changed(run)
+                outcome = await run_script(self.store.script(run), run.args, _Host(self, live),
+                                           self.limits, self.runner_argv)
+        except Exception as e:  # a daemon bug must still end the run visibly
+            log.exception("run %s crashed", run.id)
+            outcome = None
+            live.stop_reason = live.stop_reason or "crash"
+            run.error = f"internal error: {e!r}"
+        finally:
+            with trio.CancelScope(shield=True):
+                self._finish(live, outcome)
+
+    def _finish(self, live: LiveRun, outcome: Any) -> None:
+        run = live.run
+        now = time.time()
+        preview = None
+        if live.stop_reason == "cancel":
+            run.error = "cancelled by " + live.cancelled_by
+            run.set_status("cancelled", now)
+        elif live.stop_reason == "shutdown":
+            run.error = "interrupted: the daemon was stopped while the run was in flight"
+            run.set_status("interrupted", now, reason="daemon shutdown")
+        elif outcome is not None and outcome.ok:
+            self.store.save_result(run, outcome.value)
+            preview = self.store.result_text(run)
+            run.set_status("completed", now)
+        else:
+            if outcome is not None:
+                run.error = outcome.error
+                run.error_line = outcome.line
+            run.set_status("failed", now)
+        self.store.save(run)
+        if run.error and run.status != "completed":
+            self.store.append_log(run, f"run {run.status}: {run.error}", "error")
+        if not self._keeps_work(run):
+            self.store.delete_work(run)
+        self.outbox.add(run.caller, notices.build(run, preview))
+        self.live.pop(run.id, None)
+        live.finished.set()
+        self.changed(run)
+
+    # -- stop -------------------------------------------------------------
+    def cancel(self, run: Run, by: str = "the caller") -> bool:
+        live = self.live.get(run.id)
+        if live is None:
+            return False
+        live.stop_reason = live.stop_reason or "cancel"
+        live.cancelled_by = by
+        live.scope.cancel()
+        return True
+
+    async def shutdown(self) -> None:
+        """No new runs; every in-flight run is stopped and recorded as interrupted."""
+        self.accepting = False
+        pending = list(self.live.values())
+        for live in pending:
+            live.stop_reason = live.stop_reason or "shutdown"
+            live.scope.cancel()
+        for live in pending:
+            await live.finished.wait()
