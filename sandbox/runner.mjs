@@ -64,11 +64,16 @@ const BOOTSTRAP = String.raw`
   Object.defineProperty(Math, 'random', { value: function random() { throw new Error('Math.random()' + why); },
     writable: false, configurable: false });
 
-  const call = (op, payload) => new Promise((resolve, reject) => {
-    const id = nextId++;
-    pending.set(id, { resolve, reject });
-    send(Object.assign({ t: 'call', id, op }, payload));
-  });
+  // The call site's stack is captured now, so a rejection points at the script line
+  // that called the hook rather than at the bridge.
+  const call = (op, payload) => {
+    const site = new Error();
+    return new Promise((resolve, reject) => {
+      const id = nextId++;
+      pending.set(id, { resolve, reject, site });
+      send(Object.assign({ t: 'call', id, op }, payload));
+    });
+  };
 
   function agent(prompt, opts) {
     if (typeof prompt !== 'string' || prompt.length === 0) {
@@ -177,8 +182,10 @@ const BOOTSTRAP = String.raw`
         const p = pending.get(msg.id);
         if (!p) return;
         pending.delete(msg.id);
-        if (msg.ok) p.resolve(msg.value);
-        else p.reject(new Error(msg.error));
+        if (msg.ok) { p.resolve(msg.value); return; }
+        const err = new Error(msg.error);
+        err.stack = 'Error: ' + msg.error + '\n' + String(p.site.stack).split('\n').slice(1).join('\n');
+        p.reject(err);
       }
     },
     drain() { const s = out.join('\n'); out.length = 0; return s; },
@@ -289,8 +296,8 @@ class Runner {
     } catch (e) {
       return this.fatal(e);
     }
-    this.step('__sb.start(globalThis.__sbBody, ' + JSON.stringify(msg.args ?? null) + ', ' +
-      JSON.stringify(msg.budget ?? {}) + '); delete globalThis.__sbBody;');
+    this.step('(function () { const body = globalThis.__sbBody; delete globalThis.__sbBody; __sb.start(body, ' +
+      JSON.stringify(msg.args ?? null) + ', ' + JSON.stringify(msg.budget ?? {}) + '); })()');
   }
 
   handle(msg) {

@@ -51,14 +51,20 @@ def build_services(cfg: Config, agents: AgentService | None = None,
 
 
 class _QuartTransport:
+    """Bound to one connection's websocket object: Quart's `websocket` global is a
+    context variable, and sessions are also closed from other connections' tasks."""
+
+    def __init__(self) -> None:
+        self.ws = websocket._get_current_object()
+
     async def send(self, text: str) -> None:
-        await websocket.send(text)
+        await self.ws.send(text)
 
     async def receive(self) -> str | bytes:
-        return await websocket.receive()
+        return await self.ws.receive()
 
     async def close(self, code: int, reason: str) -> None:
-        await websocket.close(code, reason)
+        await self.ws.close(code, reason)
 
 
 def make_app(services: Services) -> QuartTrio:

@@ -1,0 +1,88 @@
+"""Shared fixtures.
+
+Rules for these tests: servers bind 127.0.0.1 port 0; every test has a hard timeout
+(pytest-timeout, plus trio.fail_after where a test waits on the daemon); time logic runs
+under MockClock with autojump; real processes (node, the daemon) are real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import attrs
+import pytest
+import trio
+
+from swarmbase import config, daemon
+from swarmbase.runner import RUNNER, RunnerLimits
+
+
+@attrs.define
+class Env:
+    state: Path
+    tokens: dict[str, str]
+    cfg: config.Config | None = None
+    url: str = ""
+    services: Any = None
+
+    @property
+    def ws(self) -> str:
+        return self.url.replace("http://", "ws://") + "/mcpl"
+
+
+def write_config(state: Path, callers: list[str] = ("alice", "bob"), **extra: Any) -> tuple[Path, dict[str, str]]:
+    state.mkdir(parents=True, exist_ok=True)
+    tokens = {}
+    entries = []
+    for name in callers:
+        tok = secrets.token_hex(24)
+        tokens[name] = tok
+        (state / f"mcpl-{name}.token").write_text(tok)
+        entries.append({"name": name, "tokenSha256": hashlib.sha256(tok.encode()).hexdigest(),
+                        "maxActiveRuns": 3, "runUsdMax": 25})
+    cfg = {"port": 0, "callers": entries, **extra}
+    path = state / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path, tokens
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    path, tokens = write_config(tmp_path / "state")
+    return Env(state=tmp_path / "state", tokens=tokens, cfg=config.load(path))
+
+
+async def start_daemon(nursery: trio.Nursery, env: Env, **kw: Any) -> Env:
+    url, services = await nursery.start(lambda task_status: daemon.serve(env.cfg, task_status=task_status, **kw))
+    env.url, env.services = url, services
+    return env
+
+
+@pytest.fixture
+async def running(env: Env, nursery: trio.Nursery) -> AsyncIterator[Env]:
+    await start_daemon(nursery, env, limits=RunnerLimits(slice_ms=1000))
+    yield env
+
+
+def runner_pids() -> list[int]:
+    """Live script-runner processes started by this test process."""
+    me = os.getpid()
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        state = stat.rsplit(")", 1)[1].split()[0]
+        if str(RUNNER).encode() in cmd and ppid == me and state != "Z":
+            out.append(int(d.name))
+    return out

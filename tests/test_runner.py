@@ -1,0 +1,257 @@
+"""The real Node script runner: hooks, determinism guards, escapes, watchdogs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import trio
+
+from swarmbase.runner import AgentCallError, RunnerLimits, ScriptOutcome, run_script
+
+
+class Host:
+    """Records what the script did; agent() answers per prompt after `delays` (in order
+    of a per-prompt table) so tests can shuffle completion order."""
+
+    def __init__(self, delays: dict[str, float] | None = None) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.phases: list[str] = []
+        self.logs: list[str] = []
+        self.metas: list[Any] = []
+        self.delays = delays or {}
+        self.live = 0
+        self.max_live = 0
+        self.spent = 0.0
+
+    async def agent(self, prompt: str, opts: dict[str, Any]) -> Any:
+        self.calls.append((prompt, opts))
+        self.live += 1
+        self.max_live = max(self.max_live, self.live)
+        try:
+            await trio.sleep(self.delays.get(prompt, 0))
+            if prompt.startswith("throw"):
+                raise AgentCallError(f"budget exhausted at {prompt}")
+            if prompt.startswith("null"):
+                return None
+            self.spent += 0.25
+            return f"<{prompt}>"
+        finally:
+            self.live -= 1
+
+    def phase(self, title: str) -> None:
+        self.phases.append(title)
+
+    def log(self, message: str) -> None:
+        self.logs.append(message)
+
+    def meta(self, meta: Any) -> None:
+        self.metas.append(meta)
+
+    def budget_view(self) -> dict[str, Any]:
+        return {"total": 5.0, "spent": self.spent, "reserved": 0.0, "remaining": 5.0 - self.spent}
+
+
+async def run(script: str, args: Any = None, host: Host | None = None, slice_ms: int = 2000) -> tuple[ScriptOutcome, Host]:
+    host = host or Host()
+    with trio.fail_after(30):
+        out = await run_script(script, args, host, RunnerLimits(slice_ms=slice_ms))
+    return out, host
+
+
+async def test_every_hook() -> None:
+    script = """export const meta = { name: "all hooks", description: "uses everything" };
+phase("one");
+log("start", { n: args.n });
+console.log("via console");
+const first = await agent("a", { label: "first" });
+const par = await parallel([() => agent("p1"), () => agent("p2"), () => 7]);
+const piped = await pipeline([1, 2, 3], (x, i) => x * 10 + i, async (y) => agent("stage-" + y));
+phase("two");
+const nul = await agent("null-one");
+return { first, par, piped, nul, b: { total: budget.total, spent: budget.spent, remaining: budget.remaining,
+         reserved: budget.reserved }, args };
+"""
+    out, host = await run(script, {"n": 3})
+    assert out.ok, out.error
+    assert out.value["first"] == "<a>"
+    assert out.value["par"] == ["<p1>", "<p2>", 7]
+    assert out.value["piped"] == ["<stage-10>", "<stage-21>", "<stage-32>"]
+    assert out.value["nul"] is None
+    assert out.value["b"] == {"total": 5.0, "spent": 1.5, "remaining": 3.5, "reserved": 0.0}
+    assert out.value["args"] == {"n": 3}
+    assert host.phases == ["one", "two"]
+    assert host.logs == ['start {"n":3}', "via console"]
+    assert host.metas == [{"name": "all hooks", "description": "uses everything"}]
+    assert host.calls[0] == ("a", {"label": "first"})
+
+
+async def test_parallel_results_in_input_order_whatever_finishes_first() -> None:
+    delays = {f"t{i}": (9 - i) * 0.01 for i in range(10)}
+    out, host = await run("return await parallel(args.map(p => () => agent(p)))", list(delays), Host(delays))
+    assert out.ok and out.value == [f"<t{i}>" for i in range(10)]
+    assert host.max_live == 10
+
+
+async def test_pipeline_overlaps_stages_across_items() -> None:
+    # Item 0's slow first stage must not hold item 1 back from reaching stage two.
+    delays = {"s1-0": 0.3, "s1-1": 0.0, "s2-1": 0.0, "s2-0": 0.0}
+    script = """
+const order = [];
+const res = await pipeline([0, 1],
+  async (i) => { await agent("s1-" + i); order.push("s1-" + i); return i; },
+  async (i) => { await agent("s2-" + i); order.push("s2-" + i); return i * 2; });
+return { res, order };"""
+    out, _ = await run(script, None, Host(delays))
+    assert out.ok, out.error
+    assert out.value["res"] == [0, 2]
+    assert out.value["order"].index("s2-1") < out.value["order"].index("s1-0")
+
+
+async def test_parallel_settles_all_then_throws_first_failure() -> None:
+    delays = {"slow": 0.2}
+    script = """
+try { await parallel([() => agent("slow"), () => agent("throw-1"), () => agent("throw-2")]); }
+catch (e) { return { message: e.message }; }"""
+    out, host = await run(script, None, Host(delays))
+    assert out.ok, out.error
+    assert out.value["message"].startswith("budget exhausted at throw-1")
+    assert "(parallel: 2 of 3 failed)" in out.value["message"]
+    assert sorted(c[0] for c in host.calls) == ["slow", "throw-1", "throw-2"]
+
+
+async def test_agent_throw_fails_run_with_message_and_line() -> None:
+    out, _ = await run("const x = 1;\nawait agent('throw-now');\nreturn x;")
+    assert not out.ok
+    assert out.error == "Error: budget exhausted at throw-now"
+    assert out.line == 2
+
+
+async def test_script_error_message_and_line() -> None:
+    out, _ = await run("const a = 1;\n\nnull.boom;")
+    assert not out.ok and out.line == 3
+    assert out.error.startswith("TypeError: Cannot read properties of null")
+    out, _ = await run("return (1 +;")
+    assert not out.ok and out.error.startswith("SyntaxError")
+    out, _ = await run("import fs from 'fs';\nreturn 1")
+    assert not out.ok and "import is not available" in out.error
+    out, _ = await run("throw 'plain string'")
+    assert not out.ok and "non-error value: plain string" in out.error
+
+
+@pytest.mark.parametrize("expr,what", [
+    ("Date.now()", "Date.now()"),
+    ("new Date()", "new Date() without arguments"),
+    ("Date()", "Date() (the current time as text)"),
+    ("Math.random()", "Math.random()"),
+])
+async def test_determinism_guards(expr: str, what: str) -> None:
+    out, _ = await run(f"return {expr};")
+    assert not out.ok
+    assert what in out.error and "would differ when the run is resumed" in out.error
+
+
+async def test_dates_with_arguments_still_work() -> None:
+    out, _ = await run("return [new Date(0).toISOString(), new Date('2026-01-02').getUTCDate(), "
+                       "Date.UTC(2020, 0, 1), new Date(5) instanceof Date]")
+    assert out.ok and out.value == ["1970-01-01T00:00:00.000Z", 2, 1577836800000, True]
+
+
+# Each escape: the script, and what a contained run returns (ok value) or fails with.
+ESCAPES = {
+    "constructor": ("return this.constructor.constructor('return process')().pid",
+                    "ReferenceError: process is not defined"),
+    "agent.constructor": ("return agent.constructor('return process')().pid",
+                          "ReferenceError: process is not defined"),
+    "hook constructor chain": ("return log.constructor.constructor('return process.env')()",
+                               "ReferenceError: process is not defined"),
+    "callee.caller": ("function f() { return arguments.callee.caller; } const c = f(); "
+                      "let up; try { up = c.caller === null ? 'null' : typeof c.caller; } catch (e) { up = e.name; } "
+                      "return [await c.constructor('return typeof process')(), up].join(',')",
+                      lambda v: v in ("undefined,null", "undefined,TypeError")),
+    "prepareStackTrace": ("Error.prepareStackTrace = (e, frames) => frames.map(f => f.getThis()); "
+                          "const found = []; for (const t of new Error().stack) { if (!t) continue; "
+                          "try { found.push(typeof t.constructor.constructor('return process')()); } "
+                          "catch (e) { found.push(e.name); } } return found.join(',');",
+                          lambda v: set(v.split(",")) <= {"undefined", "ReferenceError", ""}),
+    "error from hook": ("try { await agent('throw-x'); } catch (e) { return e.constructor.constructor('return typeof process')() }",
+                        "undefined"),
+    "promise from hook": ("const p = agent('a'); return p.constructor.constructor('return typeof process')()",
+                          "undefined"),
+    "proxy opts": ("let leak = 'not called'; const trap = new Proxy({}, { get(t, k) { if (k === 'toJSON') "
+                   "return () => { leak = typeof process; return {}; }; return undefined; } }); "
+                   "await agent('a', trap); return leak", "undefined"),
+    "getter on reply": ("const r = await agent('a'); return Object.getPrototypeOf(r).constructor.constructor"
+                        "('return typeof process')()", "undefined"),
+    "globals": ("return [typeof require, typeof process, typeof fetch, typeof setTimeout, typeof queueMicrotask,"
+                " typeof globalThis.__sbBody, typeof module].join(',')",
+                "undefined,undefined,undefined,undefined,undefined,undefined,undefined"),
+    "import()": ("const m = await import('node:fs'); return typeof m.readFileSync", "TypeError"),
+    "overwrite hooks": ("globalThis.agent = 1; try { Object.defineProperty(globalThis, 'agent', {value: 2}); } "
+                        "catch (e) { return [typeof agent, e.name].join(','); }", "function,TypeError"),
+}
+
+
+@pytest.mark.parametrize("name", list(ESCAPES))
+async def test_escape_attempts_fail(name: str) -> None:
+    script, expected = ESCAPES[name]
+    out, _ = await run(script)
+    if callable(expected):
+        assert out.ok and expected(out.value), (name, out)
+    elif out.ok:
+        assert out.value == expected, (name, out)
+    else:
+        assert expected in out.error, (name, out)
+
+
+async def test_busy_loop_sync_hits_watchdog() -> None:
+    out, _ = await run("let i = 0; while (true) { i++; }", slice_ms=200)
+    assert not out.ok and out.watchdog
+    assert "watchdog" in out.error and "200 ms" in out.error
+
+
+async def test_busy_loop_in_microtasks_hits_watchdog() -> None:
+    out, _ = await run("await agent('a'); const spin = () => Promise.resolve().then(spin); spin(); "
+                       "await new Promise(() => {});", slice_ms=200)
+    assert not out.ok and out.watchdog
+
+
+async def test_promise_that_cannot_settle_fails_fast() -> None:
+    out, _ = await run("await new Promise(() => {}); return 1")
+    assert not out.ok and "nothing can settle" in out.error
+
+
+async def test_unknown_return_values_become_json() -> None:
+    out, _ = await run("return { f: () => 1, u: undefined, n: null, big: 'x'.repeat(100000).length }")
+    assert out.ok and out.value == {"n": None, "big": 100000}
+    out, _ = await run("const a = {}; a.self = a; return a")
+    assert not out.ok and "circular" in out.error.lower()
+
+
+async def test_unresponsive_runner_is_killed_by_ping_watchdog() -> None:
+    # A fake "runner" that never answers pings stands in for a wedged event loop.
+    host = Host()
+    argv = ["python3", "-c", "import time\nwhile True: time.sleep(1)"]
+    with trio.fail_after(20):
+        out = await run_script("return 1", None, host, RunnerLimits(ping_interval=0.2, pong_timeout=1.0), argv=argv)
+    assert not out.ok and out.watchdog and "did not answer" in out.error
+
+
+async def test_runner_permission_model_denies_fs_and_children() -> None:
+    # Even code that ran in the runner's own realm could not write or spawn: check the
+    # flags the daemon starts node with.
+    import subprocess
+
+    from swarmbase.runner import RUNNER_ENV, node_argv
+    argv = node_argv()[:-1] + ["-e", (
+        "const fs=require('fs');const cp=require('child_process');const r=[];"
+        "try{fs.writeFileSync('/tmp/sb-escape','x');r.push('write')}catch(e){r.push(e.code)}"
+        "try{cp.execSync('true');r.push('child')}catch(e){r.push(e.code)}"
+        "try{fs.readFileSync('/etc/hostname');r.push('read')}catch(e){r.push(e.code)}"
+        "try{new (require('worker_threads').Worker)('1',{eval:true});r.push('worker')}catch(e){r.push(e.code)}"
+        "console.log(r.join(','), Object.keys(process.env).sort().join(','))")]
+    out = subprocess.run(argv, env=RUNNER_ENV, capture_output=True, text=True, timeout=20)
+    verdicts, envkeys = out.stdout.split()
+    assert verdicts == "ERR_ACCESS_DENIED,ERR_ACCESS_DENIED,ERR_ACCESS_DENIED,ERR_ACCESS_DENIED"
+    assert envkeys == "LANG,TZ"
