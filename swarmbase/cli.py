@@ -34,15 +34,31 @@ def _serve() -> int:
     return 0
 
 
+def _add_syslog() -> None:
+    import logging.handlers
+    import os
+    for address in ("/var/run/syslog", "/dev/log"):
+        if os.path.exists(address):
+            handler = logging.handlers.SysLogHandler(address=address)
+            handler.setFormatter(logging.Formatter("swarmbase[%(process)d]: %(levelname)s %(name)s: %(message)s"))
+            logging.getLogger().addHandler(handler)
+            return
+    logging.getLogger("swarmbase").warning("--syslog: no system log socket found; logging to stderr only")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="swarmbase", description="SwarmBase daemon")
     sub = parser.add_subparsers(dest="cmd")
-    sub.add_parser("serve", help="run the daemon (the default)")
+    serve = sub.add_parser("serve", help="run the daemon (the default)")
+    serve.add_argument("--syslog", action="store_true",
+                       help="also log to the system log (the unified log on macOS, the journal on Linux)")
     add = sub.add_parser("add-caller", help="create a caller's token and key file and add it to the config")
     add.add_argument("name")
     sub.add_parser("check-config", help="validate the config and exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="swarmbase: %(levelname)s %(name)s: %(message)s")
+    if getattr(args, "syslog", False):
+        _add_syslog()
     if args.cmd == "add-caller":
         try:
             print(defaults.add_caller(config.config_path(), args.name))

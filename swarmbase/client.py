@@ -42,6 +42,8 @@ class HostClient:
         self._next = 0
         self._waiting: dict[Any, trio.MemorySendChannel[dict[str, Any]]] = {}
         self.notices_send, self.notices = trio.open_memory_channel[dict[str, Any]](10_000)
+        self.seen: dict[str, dict[str, Any]] = {}     # every accepted notice by eventId
+        self._new_notice = trio.Event()
         self.closed: ConnectionClosed | None = None
         self.closed_event = trio.Event()
 
@@ -66,6 +68,9 @@ class HostClient:
                 await self.ws.send_message(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}))
                 if "result" in answer and (answer["result"].get("accepted") or answer["result"].get("reason") == "duplicate"):
                     self.notices_send.send_nowait(msg["params"])
+                    self.seen[msg["params"].get("eventId")] = msg["params"]
+                    self._new_notice.set()
+                    self._new_notice = trio.Event()
             else:
                 await self.ws.send_message(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
                                                        "error": {"code": -32601, "message": "method not found"}}))
@@ -119,10 +124,12 @@ class HostClient:
         return await self.request("tools/call", {"name": name, "arguments": arguments or {}})
 
     async def wait_notice(self, event_id: str) -> dict[str, Any]:
-        async for params in self.notices:
-            if params.get("eventId") == event_id:
-                return params
-        raise ConnectionError("connection closed before the notice arrived")
+        """The notice with this eventId, whenever it arrived (the channel is left alone)."""
+        while event_id not in self.seen:
+            if self.closed_event.is_set():
+                raise ConnectionError("connection closed before the notice arrived")
+            await self._new_notice.wait()
+        return self.seen[event_id]
 
 
 @asynccontextmanager

@@ -111,7 +111,7 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
     interrupted = services.supervisor.recover()
     if interrupted:
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))
-    stop = stop or trio.Event()
+    stop = trio.Event() if stop is None else stop
     app = make_app(services)
     hc = hypercorn.config.Config()
     hc.bind = [f"127.0.0.1:{cfg.port}"]

@@ -1,0 +1,146 @@
+"""The real `python -m swarmbase` process: first start, bad config, add-caller, SIGTERM drain."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from swarmbase import config, defaults
+from swarmbase.client import connect
+
+from .conftest import write_config
+
+
+def child_pids(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def cli_env(cfg_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["SWARMBASE_CONFIG"] = str(cfg_path)
+    env["PATH"] = "/usr/bin:/bin"           # no claude on PATH for these tests
+    return env
+
+
+def test_write_default_config(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "config.json"
+    msg = defaults.write_default(path)
+    cfg = config.load(path)
+    assert cfg.port == 7360
+    [local] = cfg.callers
+    token_file = tmp_path / "state" / "mcpl-local.token"
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    token = token_file.read_text().strip()
+    assert hashlib.sha256(token.encode()).hexdigest() == local.tokenSha256
+    assert token not in path.read_text()
+    assert str(token_file) in msg and "ws://127.0.0.1:7360/mcpl" in msg
+
+
+def test_first_start_writes_config_and_prints_where(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", 7360)) == 0:
+            pytest.fail("port 7360 is taken; the embedded default listens there")
+    path = tmp_path / "home" / "config.json"
+    proc = subprocess.Popen([sys.executable, "-m", "swarmbase"], env=cli_env(path),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if "listening on" in line:
+                break
+        text = "".join(lines)
+        assert f"token is in {tmp_path / 'home' / 'mcpl-local.token'}" in text
+        assert "ws://127.0.0.1:7360/mcpl" in text
+        assert path.exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+
+
+def test_bad_config_stops_start_up_with_one_message(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"port": 7360, "callers": [{"name": "x", "tokenSha256": "' + "a" * 64 + '", "runUsdMax": "lots"}]}')
+    for argv in (["-m", "swarmbase"], ["-m", "swarmbase", "check-config"]):
+        out = subprocess.run([sys.executable, *argv], env=cli_env(path), capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2
+        assert out.stderr.strip().splitlines()[-1] == (
+            f"swarmbase: bad config: {path}: callers[0].runUsdMax: must be a number, got a string")
+
+
+def test_add_caller(tmp_path: Path) -> None:
+    path, _ = write_config(tmp_path / "s", callers=["alice"])
+    out = subprocess.run([sys.executable, "-m", "swarmbase", "add-caller", "carol"], env=cli_env(path),
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "restart the daemon" in out.stdout
+    token_file = tmp_path / "s" / "mcpl-carol.token"
+    key_file = tmp_path / "s" / "carol.key"
+    assert token_file.stat().st_mode & 0o777 == 0o600 and key_file.stat().st_mode & 0o777 == 0o600
+    cfg = config.load(path)
+    carol = cfg.caller("carol")
+    assert carol is not None and carol.apiKeyFile == str(key_file)
+    assert carol.tokenSha256 == hashlib.sha256(token_file.read_text().strip().encode()).hexdigest()
+    again = subprocess.run([sys.executable, "-m", "swarmbase", "add-caller", "carol"], env=cli_env(path),
+                           capture_output=True, text=True, timeout=30)
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+
+async def test_sigterm_drains_interrupts_runs_and_kills_runner(tmp_path: Path) -> None:
+    path, tokens = write_config(tmp_path / "s", callers=["alice"], scriptSliceMs=600_000)
+    proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=cli_env(path),
+                                            stderr=subprocess.PIPE)
+    try:
+        with trio.fail_after(60):
+            buf = b""
+            while b"listening on" not in buf:
+                chunk = await proc.stderr.receive_some(4096)
+                assert chunk, buf.decode()
+                buf += chunk
+            url = re.search(rb"listening on (http://[\d.:]+)", buf).group(1).decode()
+            async with connect(url.replace("http", "ws") + "/mcpl", tokens["alice"]) as h:
+                await h.handshake()
+                run_id = (await h.tool("run", {"script": "let i = 0; while (true) { i++; }"}))["structuredContent"]["runId"]
+                while not (runners := [p for p in child_pids(proc.pid) if b"runner.mjs" in
+                                       Path(f"/proc/{p}/cmdline").read_bytes()]):
+                    await trio.sleep(0.05)
+                proc.send_signal(signal.SIGTERM)
+                await h.closed_event.wait()
+                assert h.closed.reason.code == 1001
+            assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert not any(alive(p) for p in runners)
+    run_json = json.loads(next((tmp_path / "s" / "runs").glob(f"*-{run_id}/run.json")).read_text())
+    assert run_json["status"] == "interrupted"
+    outbox = json.loads((tmp_path / "s" / "outbox.json").read_text())
+    assert [e["notice"]["eventId"] for e in outbox["entries"]] == [f"{run_id}:end"]
+    assert outbox["entries"][0]["notice"]["tags"][-1] == "swarmbase:interrupted"
