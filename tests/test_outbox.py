@@ -86,33 +86,45 @@ class MemTransport:
         await self.to_host_send.aclose()
 
 
-@pytest.mark.timeout(30)
-async def test_push_errors_retry_with_growing_delays(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+async def host_pushes(tmp_path: Path, nursery: trio.Nursery, event: dict[str, Any], seed: int):
+    """A Session over memory channels, past initialize and a pushEvents grant, with one
+    notice in its outbox. Yields (push/event requests as they arrive, answer fn, outbox)."""
     cfg = config.parse(json.dumps({"callers": [{"name": "a", "tokenSha256": "c" * 64}]}), tmp_path / "config.json")
     ob = Outbox(tmp_path / "outbox.json")
-    ob.add("a", notice(1))
+    ob.add("a", event)
     t = MemTransport()
-    session = Session(t, cfg, cfg.callers[0], sup=None, outbox=ob, hub=Hub(), rng=random.Random(7))  # type: ignore[arg-type]
+    session = Session(t, cfg, cfg.callers[0], sup=None, outbox=ob, hub=Hub(), rng=random.Random(seed))  # type: ignore[arg-type]
+    nursery.start_soon(session.serve)
+    await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "capabilities": {"experimental": {"mcpl": {"version": "0.5", "pushEvents": True}}}}}))
+    await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "featureSets/update",
+                                       "params": {"effectiveCapabilities": ["pushEvents", "tools"]}}))
+
+    async def pushes():
+        async for frame in t.to_host:
+            msg = json.loads(frame)
+            if msg.get("method") == "push/event":
+                yield msg
+
+    async def answer(msg: dict[str, Any], body: dict[str, Any]) -> None:
+        await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **body}))
+
+    return pushes(), answer, ob
+
+
+@pytest.mark.timeout(30)
+async def test_push_errors_retry_with_growing_delays(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     attempts: list[float] = []
     with trio.fail_after(10_000):
         async with trio.open_nursery() as n:
-            n.start_soon(session.serve)
-            await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "capabilities": {"experimental": {"mcpl": {"version": "0.5", "pushEvents": True}}}}}))
-            await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "featureSets/update",
-                                               "params": {"effectiveCapabilities": ["pushEvents", "tools"]}}))
-            async for frame in t.to_host:
-                msg = json.loads(frame)
-                if msg.get("method") != "push/event":
-                    continue
+            pushes, answer, ob = await host_pushes(tmp_path, n, notice(1), seed=7)
+            async for msg in pushes:
                 attempts.append(trio.current_time())
                 assert msg["params"]["eventId"] == notice(1)["eventId"]      # same id on every retry
                 if len(attempts) < 6:
-                    answer = {"error": {"code": -32603, "message": "host busy"}}
+                    await answer(msg, {"error": {"code": -32603, "message": "host busy"}})
                 else:
-                    answer = {"result": {"accepted": True}}
-                await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}))
-                if len(attempts) == 6:
+                    await answer(msg, {"result": {"accepted": True}})
                     break
             while ob.pending("a"):
                 await trio.sleep(0.01)
@@ -125,27 +137,15 @@ async def test_push_errors_retry_with_growing_delays(tmp_path: Path, autojump_cl
 
 @pytest.mark.timeout(30)
 async def test_push_timeout_is_retried(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
-    cfg = config.parse(json.dumps({"callers": [{"name": "a", "tokenSha256": "c" * 64}]}), tmp_path / "config.json")
-    ob = Outbox(tmp_path / "outbox.json")
-    ob.add("a", notice(2))
-    t = MemTransport()
-    session = Session(t, cfg, cfg.callers[0], sup=None, outbox=ob, hub=Hub(), rng=random.Random(3))  # type: ignore[arg-type]
     seen: list[float] = []
     with trio.fail_after(10_000):
         async with trio.open_nursery() as n:
-            n.start_soon(session.serve)
-            await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "capabilities": {"experimental": {"mcpl": {"version": "0.5"}}}}}))
-            await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "featureSets/update",
-                                               "params": {"effectiveCapabilities": ["pushEvents", "tools"]}}))
-            async for frame in t.to_host:
-                msg = json.loads(frame)
-                if msg.get("method") == "push/event":
-                    seen.append(trio.current_time())
-                    if len(seen) == 2:       # the first push went unanswered
-                        await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
-                                                           "result": {"accepted": False, "reason": "duplicate"}}))
-                        break
+            pushes, answer, ob = await host_pushes(tmp_path, n, notice(2), seed=3)
+            async for msg in pushes:
+                seen.append(trio.current_time())
+                if len(seen) == 2:       # the first push went unanswered
+                    await answer(msg, {"result": {"accepted": False, "reason": "duplicate"}})
+                    break
             while ob.pending("a"):
                 await trio.sleep(0.01)
             n.cancel_scope.cancel()
