@@ -110,6 +110,8 @@ class Config:
     deleteWorkOnEnd: bool = _f("deleteWorkOnEnd", True)
     resumeInterruptedOnBoot: bool = _f("resumeInterruptedOnBoot", False)
     scriptSliceMs: int = _f("scriptSliceMs", 5000, lo=50, hi=600_000)
+    agentTimeoutMs: int = _f("agentTimeoutMs", 1_800_000, lo=1_000, hi=86_400_000)
+    agentIdleTimeoutMs: int = _f("agentIdleTimeoutMs", 300_000, lo=1_000, hi=86_400_000)
     # Where the config was read from; the state dir is its folder. Not a JSON key.
     path: Path = attrs.field(default=Path("config.json"), metadata={"key": None})
 

@@ -60,30 +60,36 @@ async def group_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: str
 
 
 class LineReader:
-    """Split a byte stream into lines without trusting the peer's line length."""
+    """Split a byte stream into lines without trusting the peer's line length.
+    A plain async iterator (not a generator), so breaking out of it leaves nothing to finalize."""
 
     def __init__(self, stream: trio.abc.ReceiveStream, max_line: int = 16 * 1024 * 1024) -> None:
         self._stream = stream
         self._buf = bytearray()
         self._max = max_line
+        self._eof = False
         self.overflowed = False
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    def __aiter__(self) -> "LineReader":
+        return self
+
+    async def __anext__(self) -> bytes:
         while True:
             nl = self._buf.find(b"\n")
             if nl >= 0:
                 line = bytes(self._buf[:nl])
                 del self._buf[: nl + 1]
-                yield line
-                continue
-            if len(self._buf) > self._max:
-                self.overflowed = True
-                return
-            chunk = await self._stream.receive_some(65536)
-            if not chunk:
+                return line
+            if self._eof:
                 if self._buf:
                     line = bytes(self._buf)
                     self._buf.clear()
-                    yield line
-                return
+                    return line
+                raise StopAsyncIteration
+            if len(self._buf) > self._max:
+                self.overflowed = True
+                raise StopAsyncIteration
+            chunk = await self._stream.receive_some(65536)
+            if not chunk:
+                self._eof = True
             self._buf += chunk

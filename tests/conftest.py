@@ -35,7 +35,8 @@ class Env:
         return self.url.replace("http://", "ws://") + "/mcpl"
 
 
-def write_config(state: Path, callers: list[str] = ("alice", "bob"), **extra: Any) -> tuple[Path, dict[str, str]]:
+def write_config(state: Path, callers: list[str] = ("alice", "bob"), caller_extra: dict[str, Any] | None = None,
+                 **extra: Any) -> tuple[Path, dict[str, str]]:
     state.mkdir(parents=True, exist_ok=True)
     tokens = {}
     entries = []
@@ -44,7 +45,7 @@ def write_config(state: Path, callers: list[str] = ("alice", "bob"), **extra: An
         tokens[name] = tok
         (state / f"mcpl-{name}.token").write_text(tok)
         entries.append({"name": name, "tokenSha256": hashlib.sha256(tok.encode()).hexdigest(),
-                        "maxActiveRuns": 3, "runUsdMax": 25})
+                        "maxActiveRuns": 3, "runUsdMax": 25, **(caller_extra or {})})
     cfg = {"port": 0, "callers": entries, **extra}
     path = state / "config.json"
     path.write_text(json.dumps(cfg))
@@ -86,3 +87,19 @@ def runner_pids() -> list[int]:
         if str(RUNNER).encode() in cmd and ppid == me and state != "Z":
             out.append(int(d.name))
     return out
+
+
+async def run_to_end(env: Env, script: str, caller: str = "alice", timeout: float = 60, **params: Any) -> Any:
+    """Start a run through the supervisor and wait for it to end; returns the Run."""
+    sup = env.services.supervisor
+    run = sup.start(env.cfg.caller(caller), {"script": script, **params})
+    live = sup.live.get(run.id)
+    with trio.fail_after(timeout):
+        if live is not None:
+            await live.finished.wait()
+    return run
+
+
+def result_of(env: Env, run: Any) -> Any:
+    text = env.services.store.result_text(run)
+    return None if text is None else json.loads(text)

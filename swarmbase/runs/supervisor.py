@@ -9,6 +9,7 @@ then a notice into the durable outbox.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from typing import Any, Callable, Protocol
 
@@ -19,7 +20,9 @@ from .. import notices
 from ..config import PROFILES, Caller, Config
 from ..outbox import Outbox
 from ..runner import AgentCallError, RunnerLimits, run_script
+from .budget import BudgetGate, Ledger
 from .model import Run, iso, new_run_id
+from .records import AgentRecord, Redactor, redact_value
 from .store import RunStore
 
 log = logging.getLogger("swarmbase.supervisor")
@@ -35,11 +38,6 @@ class AgentService(Protocol):
     async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Any: ...
 
 
-class NoEngines:
-    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Any:
-        raise AgentCallError("agent(): no engine is wired into this daemon build")
-
-
 @attrs.define(eq=False)
 class LiveRun:
     """In-memory state of a run while it is in flight."""
@@ -50,11 +48,29 @@ class LiveRun:
     cancelled_by: str = "the caller"
     phases: list[dict[str, Any]] = attrs.Factory(list)
     finished: trio.Event = attrs.Factory(trio.Event)
+    usd: BudgetGate = attrs.field(default=None)
+    slots: trio.Semaphore = attrs.field(default=None)
+    agent_count: int = 0
+    agents: dict[int, AgentRecord] = attrs.Factory(dict)
+    agent_scopes: dict[int, trio.CancelScope] = attrs.Factory(dict)
+    redact: Redactor = attrs.Factory(Redactor)
+
+    def __attrs_post_init__(self) -> None:
+        if self.usd is None:
+            self.usd = BudgetGate(Ledger(total=self.run.budget_usd, spent=self.run.spent_usd))
 
     def budget_view(self) -> dict[str, Any]:
-        r = self.run
-        return {"total": r.budget_usd, "spent": round(r.spent_usd, 6), "reserved": 0.0,
-                "remaining": round(max(0.0, r.budget_usd - r.spent_usd), 6)}
+        return self.usd.ledger.view()
+
+    def phase_for_agents(self) -> dict[str, Any]:
+        """The current phase; agents started before any phase() go to an implicit 'main'."""
+        if not self.phases:
+            self.phases.append({"title": "main", "agents": []})
+        return self.phases[-1]
+
+    def phases_view(self) -> list[dict[str, Any]]:
+        return [{"title": p["title"], "agents": [self.agents[n].row() for n in p["agents"] if n in self.agents]}
+                for p in self.phases]
 
 
 class _Host:
@@ -69,11 +85,11 @@ class _Host:
 
     def phase(self, title: str) -> None:
         self.live.phases.append({"title": title, "agents": []})
-        self.sup.store.save_phases(self.live.run, self.live.phases)
+        self.sup.store.save_phases(self.live.run, self.live.phases_view())
         self.sup.record_log(self.live.run, f"phase: {title}")
 
     def log(self, message: str) -> None:
-        self.sup.record_log(self.live.run, message)
+        self.sup.record_log(self.live.run, self.live.redact(message))
 
     def meta(self, meta: Any) -> None:
         if isinstance(meta, dict):
@@ -93,7 +109,10 @@ class Supervisor:
         self.cfg = cfg
         self.store = store
         self.outbox = outbox
-        self.agents = agents or NoEngines()
+        if agents is None:
+            from .agents import Agents
+            agents = Agents(cfg, self)
+        self.agents = agents
         self.limits = limits or RunnerLimits(slice_ms=cfg.scriptSliceMs)
         self.runner_argv = runner_argv
         self.runs: dict[str, Run] = {}
@@ -106,6 +125,12 @@ class Supervisor:
     def recover(self) -> list[Run]:
         """Load every run; runs left in flight by a dead daemon become interrupted (and
         their callers get a notice); ended runs' work dirs are swept unless kept."""
+        from ..engines.process import reap_recorded_groups
+        reaped = reap_recorded_groups(self.cfg.state_dir / "procs")
+        if reaped:
+            log.warning("reaped %d agent process groups left by an unclean stop", len(reaped))
+        # Throwaway agent homes of runs that did not end cleanly.
+        shutil.rmtree(self.cfg.state_dir / "homes", ignore_errors=True)
         interrupted = []
         for run in self.store.load_all():
             self.runs[run.id] = run
@@ -142,7 +167,14 @@ class Supervisor:
 
     def phases(self, run: Run) -> list[dict[str, Any]]:
         live = self.live.get(run.id)
-        return list(live.phases) if live else self.store.phases(run)
+        return live.phases_view() if live else self.store.phases(run)
+
+    def agent_changed(self, live: LiveRun, rec: AgentRecord) -> None:
+        from . import records
+        records.save(rec)
+        self.store.save_phases(live.run, live.phases_view())
+        self.store.save(live.run)
+        self.changed(live.run)
 
     # -- changes ------------------------------------------------------------
     def changed(self, run: Run) -> None:
@@ -180,7 +212,7 @@ class Supervisor:
         run.history.append({"status": "queued", "at": iso(now)})
         self.store.create(run, params["script"])
         self.runs[run.id] = run
-        live = LiveRun(run=run, caller=caller)
+        live = LiveRun(run=run, caller=caller, slots=trio.Semaphore(self.cfg.perRunConcurrency))
         self.live[run.id] = live
         self._nursery.start_soon(self._run, live)
         self.changed(run)
@@ -208,6 +240,8 @@ class Supervisor:
     def _finish(self, live: LiveRun, outcome: Any) -> None:
         run = live.run
         now = time.time()
+        run.spent_usd = live.usd.ledger.spent
+        self.store.save_phases(run, live.phases_view())
         preview = None
         if live.stop_reason == "cancel":
             run.error = "cancelled by " + live.cancelled_by
@@ -216,12 +250,12 @@ class Supervisor:
             run.error = "interrupted: the daemon was stopped while the run was in flight"
             run.set_status("interrupted", now, reason="daemon shutdown")
         elif outcome is not None and outcome.ok:
-            self.store.save_result(run, outcome.value)
+            self.store.save_result(run, redact_value(live.redact, outcome.value))
             preview = self.store.result_text(run)
             run.set_status("completed", now)
         else:
             if outcome is not None:
-                run.error = outcome.error
+                run.error = live.redact(outcome.error or "")
                 run.error_line = outcome.line
             run.set_status("failed", now)
         self.store.save(run)
@@ -243,6 +277,11 @@ class Supervisor:
         live.cancelled_by = by
         live.scope.cancel()
         return True
+
+    def skip_agent(self, run: Run, n: int) -> bool:
+        live = self.live.get(run.id)
+        skip = getattr(self.agents, "skip", None)
+        return bool(live and skip and skip(live, n))
 
     async def shutdown(self) -> None:
         """No new runs; every in-flight run is stopped and recorded as interrupted."""

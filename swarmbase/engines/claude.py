@@ -1,0 +1,241 @@
+"""The claude engine: argv and environment for one `claude -p`, and reading its stream-json.
+
+Pure functions; the process itself is run by engines/process.py. Facts behind the flags
+are in the team's claude-cli notes (Claude Code 2.1.x):
+- stream-json needs --verbose; stdin must not be an open pipe (a hang cause), so the
+  prompt is given as a regular file on stdin, which also keeps it out of argv and lifts
+  the 128 KiB argv limit.
+- --permission-mode dontAsk denies whatever is not allowed; rules are path-scoped
+  because a bare Read allow reaches outside the cwd; writes need Edit(...) (Write(...)
+  did not allow a Write).
+- the `result` event's is_error is the real failure flag (subtype lies), budget stops
+  have no `result` text, and `usage` is wrong on budget stops: cost and tokens come from
+  total_cost_usd and modelUsage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping
+
+import attrs
+import jsonschema
+
+from ..prices import Tokens
+
+PROFILE_TOOLS = {
+    "think": [],
+    "read": ["Read", "Grep", "Glob", "WebFetch", "WebSearch"],
+    "write": ["Read", "Grep", "Glob", "WebFetch", "WebSearch", "Edit", "Write", "Bash"],
+}
+
+CREDENTIAL_DIRS = [".ssh", ".aws", ".gnupg", ".kube", ".docker", ".config/gcloud", ".azure",
+                   ".claude", ".codex", ".config/gh", ".password-store"]
+CREDENTIAL_FILES = ["**/.env", "**/.env.*", "**/*.token", "**/*.key", "**/*.pem", "**/.netrc",
+                    "**/.git-credentials", "**/.npmrc", "**/.pypirc", "**/credentials", "**/credentials.json"]
+
+
+def abs_rule(tool: str, path: str) -> str:
+    """`Tool(//abs/path/**)`: `//` starts an absolute path in Claude Code rules."""
+    return f"{tool}(/{path.rstrip('/')}/**)"
+
+
+def deny_rules(state_dir: str, user_home: str, secret_files: list[str]) -> list[str]:
+    rules = []
+    for tool in ("Read", "Edit"):
+        for d in CREDENTIAL_DIRS:
+            rules.append(abs_rule(tool, os.path.join(user_home, d)))
+        rules += [f"{tool}({pat})" for pat in CREDENTIAL_FILES]
+        # The daemon's own records and secrets (never the work dirs agents run in).
+        for pat in ("*.json", "*.json.*", "*.key", "*.token", "procs/**", "homes/**",
+                    "runs/*/agents/**", "runs/*/*.json", "runs/*/*.jsonl", "runs/*/script.js"):
+            rules.append(f"{tool}(/{state_dir.rstrip('/')}/{pat})")
+        rules += [f"{tool}(/{p})" for p in secret_files]
+    return rules
+
+
+@attrs.frozen
+class ClaudeCall:
+    bin: str
+    cwd: str
+    profile: str
+    model: str | None
+    effort: str | None
+    schema: dict[str, Any] | None
+    max_usd: float
+    state_dir: str
+    user_home: str
+    secret_files: list[str] = attrs.field(factory=list)
+
+
+def argv(call: ClaudeCall) -> list[str]:
+    tools = PROFILE_TOOLS[call.profile]
+    allow: list[str] = []
+    if call.profile in ("read", "write"):
+        allow += [abs_rule("Read", call.cwd), "WebFetch", "WebSearch"]
+    if call.profile == "write":
+        allow += [abs_rule("Edit", call.cwd), "Bash"]
+    settings = {"permissions": {"deny": deny_rules(call.state_dir, call.user_home, call.secret_files)}}
+    out = [call.bin, "-p", "--output-format", "stream-json", "--verbose",
+           "--permission-mode", "dontAsk", "--setting-sources=",
+           "--settings", json.dumps(settings, separators=(",", ":")),
+           "--strict-mcp-config", "--mcp-config", '{"mcpServers":{}}',
+           "--no-session-persistence",
+           f"--tools={','.join(tools)}",
+           "--max-budget-usd", f"{call.max_usd:.4f}"]
+    if allow:
+        out += ["--allowedTools", ",".join(allow)]
+    if call.model:
+        out += ["--model", call.model]
+    if call.effort:
+        out += ["--effort", call.effort]
+    if call.schema is not None:
+        out += ["--json-schema", json.dumps(call.schema, separators=(",", ":"))]
+    return out
+
+
+def header_safe(text: str, limit: int = 120) -> str:
+    """A header value that cannot smuggle in another header."""
+    return "".join(ch for ch in text if 0x20 <= ord(ch) < 0x7F)[:limit]
+
+
+def environment(*, bin_path: str, home: str, tmp: str, api_key: str | None, base_url: str | None,
+                run_id: str, n: int, label: str, parent_env: Mapping[str, str]) -> dict[str, str]:
+    """Built from an allowlist: nothing of the daemon's environment leaks but locale."""
+    path_dirs = [os.path.dirname(bin_path), "/usr/local/bin", "/usr/bin", "/bin"]
+    env = {
+        "PATH": ":".join(dict.fromkeys(d for d in path_dirs if d)),
+        "HOME": home,
+        "CLAUDE_CONFIG_DIR": os.path.join(home, ".claude"),
+        "TMPDIR": tmp,
+        "CLAUDE_CODE_TMPDIR": tmp,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "2",
+        "LANG": parent_env.get("LANG", "C.UTF-8"),
+    }
+    for k in ("LC_ALL", "LC_CTYPE", "TZ"):
+        if k in parent_env:
+            env[k] = parent_env[k]
+    if api_key:
+        env["ANTHROPIC_API_KEY"] = api_key
+    if base_url:
+        env["ANTHROPIC_BASE_URL"] = base_url
+        env["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join([
+            "x-gate-origin: swarmbase", f"x-gate-channel: {header_safe(run_id)}",
+            f"x-gate-counterparty: {n}:{header_safe(label)}"])
+    return env
+
+
+# ---------------------------------------------------------------------------
+# Reading the stream.
+
+def _usage_tokens(u: Mapping[str, Any]) -> Tokens:
+    def g(*keys: str) -> int:
+        for k in keys:
+            v = u.get(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return int(v)
+        return 0
+    return Tokens(input=g("input_tokens", "inputTokens"), output=g("output_tokens", "outputTokens"),
+                  cache_read=g("cache_read_input_tokens", "cacheReadInputTokens"),
+                  cache_write=g("cache_creation_input_tokens", "cacheCreationInputTokens"))
+
+
+@attrs.define
+class StreamState:
+    """What has been learnt from the stream so far."""
+    result: dict[str, Any] | None = None
+    # message id -> usage seen on it (message_start usage: output ≈ 1; an underestimate)
+    streamed: dict[str, Tokens] = attrs.Factory(dict)
+    model: str | None = None
+    last_text: str | None = None
+    api_errors: list[str] = attrs.Factory(list)
+
+    def feed(self, event: Any) -> None:
+        if not isinstance(event, dict):
+            return
+        t = event.get("type")
+        if t == "system" and event.get("subtype") == "init":
+            self.model = event.get("model") if isinstance(event.get("model"), str) else self.model
+        elif t == "assistant":
+            msg = event.get("message") if isinstance(event.get("message"), dict) else {}
+            if event.get("is_api_error_message") or event.get("error"):
+                self.api_errors.append(str(event.get("error") or "api error"))
+            mid = msg.get("id")
+            if isinstance(mid, str) and isinstance(msg.get("usage"), dict):
+                self.streamed[mid] = _usage_tokens(msg["usage"])
+            for block in msg.get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                    self.last_text = block["text"]
+        elif t == "result":
+            self.result = event
+
+    @property
+    def streamed_tokens(self) -> Tokens:
+        total = Tokens()
+        for t in self.streamed.values():
+            total = total + t
+        return total
+
+
+@attrs.frozen
+class Verdict:
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    cost_usd: float | None = None        # None: unknown, estimate from tokens
+    tokens: Tokens = Tokens()
+    tokens_exact: bool = False
+
+
+def result_tokens(result: Mapping[str, Any]) -> Tokens | None:
+    mu = result.get("modelUsage")
+    if isinstance(mu, dict) and mu:
+        total = Tokens()
+        for row in mu.values():
+            if isinstance(row, dict):
+                total = total + _usage_tokens(row)
+        return total
+    if isinstance(result.get("usage"), dict):
+        return _usage_tokens(result["usage"])
+    return None
+
+
+def judge(state: StreamState, schema: dict[str, Any] | None) -> Verdict:
+    """Classify a finished (or killed) agent from its stream."""
+    r = state.result
+    if r is None:
+        return Verdict(ok=False, error="the agent ended without a result (crash, kill or hang)",
+                       tokens=state.streamed_tokens)
+    tokens = result_tokens(r) or state.streamed_tokens
+    raw_cost = r.get("total_cost_usd")
+    cost = float(raw_cost) if isinstance(raw_cost, (int, float)) and not isinstance(raw_cost, bool) else None
+    if cost is not None and cost <= 0 and tokens.total > 0:
+        cost = None          # a zero cost with real usage is a parsing gap, not free work
+    exact = result_tokens(r) is not None
+    if r.get("is_error"):
+        errors = r.get("errors") if isinstance(r.get("errors"), list) else []
+        reason = r.get("terminal_reason") or r.get("subtype") or "error"
+        detail = "; ".join(str(e) for e in errors) or str(r.get("result") or "")
+        status = r.get("api_error_status")
+        msg = f"{reason}" + (f" (HTTP {status})" if status else "") + (f": {detail}" if detail else "")
+        return Verdict(ok=False, error=msg[:2000], cost_usd=cost, tokens=tokens, tokens_exact=exact)
+    if schema is not None:
+        value = r.get("structured_output")
+        if value is None:
+            return Verdict(ok=False, error="no structured output: the agent never produced an object matching the schema",
+                           cost_usd=cost, tokens=tokens, tokens_exact=exact)
+        try:
+            jsonschema.validate(value, schema)
+        except jsonschema.ValidationError as e:
+            path = "/".join(str(p) for p in e.absolute_path) or "(root)"
+            return Verdict(ok=False, error=f"structured output does not match the schema at {path}: {e.message}",
+                           cost_usd=cost, tokens=tokens, tokens_exact=exact)
+        return Verdict(ok=True, value=value, cost_usd=cost, tokens=tokens, tokens_exact=exact)
+    text = r.get("result")
+    if not isinstance(text, str):
+        text = state.last_text or ""
+    return Verdict(ok=True, value=text, cost_usd=cost, tokens=tokens, tokens_exact=exact)

@@ -1,0 +1,229 @@
+"""agent(): caps, fairness, budget, one CLI process per call, records.
+
+Order of waits, and why: an agent first takes one of its run's slots (perRunConcurrency,
+FIFO), then reserves budget, then takes a daemon-wide slot (maxConcurrentAgents, FIFO).
+A run therefore never has more than perRunConcurrency agents queued for the global
+slots, so one run with hundreds of agents cannot starve another. Both semaphores wake
+waiters in FIFO order (Trio's ParkingLot).
+
+However an agent ends (done, failed, skipped, cancelled, timed out), its process group is
+killed, its reservation settled (a missing cost is estimated from usage and marked so),
+and its record written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .. import prices
+from ..config import Config
+from ..engines import claude
+from ..engines.process import parse_json_line, run_cli
+from ..prices import Tokens
+from ..runner import AgentCallError
+from . import records
+from .agent_opts import AgentOptions, OptionError, resolve
+from .budget import BudgetSpent
+from .records import AgentRecord, Transcript, redact_value
+
+if TYPE_CHECKING:
+    from .supervisor import LiveRun, Supervisor
+
+SYSTEM_PROMPT_TOKENS = 10_000   # what a claude -p turn costs before the prompt, for estimates
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_cancellation(e) for e in exc.exceptions)
+    return False
+
+
+class Agents:
+    def __init__(self, cfg: Config, sup: "Supervisor") -> None:
+        self.cfg = cfg
+        self.sup = sup
+        self.global_slots = trio.Semaphore(cfg.maxConcurrentAgents)
+        self.homes = cfg.state_dir / "homes"
+        self.procs = cfg.state_dir / "procs"
+        self.homes.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.procs.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.spawned = 0            # processes started since boot (for benches and tests)
+
+    # -- the AgentService interface ---------------------------------------------
+    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Any:
+        run = live.run
+        live.agent_count += 1
+        n = live.agent_count
+        if n > self.cfg.maxAgentsPerRun:
+            raise AgentCallError(f"agent(): this run reached its cap of {self.cfg.maxAgentsPerRun} agents "
+                                 f"(maxAgentsPerRun)")
+        try:
+            o = resolve(prompt, opts, run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs)
+        except OptionError as e:
+            raise AgentCallError(str(e)) from None
+        if o.engine != "claude":
+            raise AgentCallError(f"agent(): the {o.engine} engine is not available in this build")
+        rec = AgentRecord(n=n, dir=self.sup.store.dir(run) / "agents" / str(n), label=o.label, engine=o.engine,
+                          model=o.model, profile=o.profile)
+        rec.set_state("queued")
+        records.create(rec.dir, rec, prompt, {**opts, "resolved": {
+            "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile,
+            "cwd": o.cwd, "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd}})
+        live.agents[n] = rec
+        live.phase_for_agents()["agents"].append(n)
+        run.agents_total += 1
+        self.sup.agent_changed(live, rec)
+
+        scope = trio.CancelScope()
+        live.agent_scopes[n] = scope
+        reserved = 0.0
+        verdict: claude.Verdict | None = None
+        try:
+            with scope:
+                async with live.slots:
+                    cap = o.max_usd if o.max_usd is not None else max(0.50, run.budget_usd / 8)
+                    try:
+                        reserved = await live.usd.reserve(cap)
+                    except BudgetSpent as e:
+                        self._end(live, rec, "failed", error=str(e))
+                        raise AgentCallError(f"agent(): {e}") from None
+                    async with self.global_slots:
+                        verdict = await self._run_claude(live, rec, o, prompt, reserved)
+        except BaseException as exc:
+            # Run cancel or shutdown (Cancelled, often grouped by nurseries) or a daemon
+            # bug: either way the agent is over; charge it and say so, then re-raise.
+            with trio.CancelScope(shield=True):
+                if rec.state not in records.ENDED:
+                    self._settle(live, rec, o, prompt, reserved, verdict)
+                    if is_cancellation(exc):
+                        self._end(live, rec, "cancelled", error=f"cancelled with the run ({live.stop_reason or 'cancel'})")
+                    elif isinstance(exc, AgentCallError):
+                        self._end(live, rec, "failed", error=str(exc))
+                    else:
+                        self._end(live, rec, "failed", error=f"internal error: {exc!r}")
+            raise
+        finally:
+            live.agent_scopes.pop(n, None)
+        if scope.cancelled_caught:
+            self._settle(live, rec, o, prompt, reserved, verdict)
+            self._end(live, rec, "skipped", error="skipped by an admin")
+            return None
+        self._settle(live, rec, o, prompt, reserved, verdict)
+        assert verdict is not None
+        if verdict.ok:
+            self._end(live, rec, "done")
+            return redact_value(live.redact, verdict.value)
+        self._end(live, rec, "failed", error=live.redact(verdict.error or "failed"))
+        return None
+
+    def skip(self, live: "LiveRun", n: int) -> bool:
+        scope = live.agent_scopes.get(n)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    # -- one process -------------------------------------------------------------
+    async def _run_claude(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str,
+                          reserved: float) -> claude.Verdict:
+        run = live.run
+        engine = self.cfg.engines.claude
+        assert engine is not None
+        api_key = self._read_key(live)
+        live.redact.add(api_key)
+        cwd = o.cwd or str(self.sup.store.work_dir(run))
+        os.makedirs(cwd, exist_ok=True)
+        home = self.homes / f"{run.id}-{rec.n}"
+        (home / "home").mkdir(parents=True, exist_ok=True, mode=0o700)
+        (home / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
+        secret_files = [p for p in [live.caller.apiKeyFile, str(self.cfg.path)] if p]
+        call = claude.ClaudeCall(bin=engine.bin, cwd=cwd, profile=o.profile, model=o.model, effort=o.effort,
+                                 schema=o.schema, max_usd=reserved, state_dir=str(self.cfg.state_dir),
+                                 user_home=os.path.expanduser("~"), secret_files=secret_files)
+        argv = claude.argv(call)
+        env = claude.environment(bin_path=engine.bin, home=str(home / "home"), tmp=str(home / "tmp"),
+                                 api_key=api_key, base_url=engine.baseUrl, run_id=run.id, n=rec.n,
+                                 label=rec.label, parent_env=os.environ)
+        state = claude.StreamState()
+        transcript = Transcript(rec.dir / "transcript.jsonl", live.redact)
+
+        def on_line(line: bytes) -> bool:
+            transcript.append(line)
+            event = parse_json_line(line)
+            state.feed(event)
+            return state.result is not None
+
+        rec.set_state("running")
+        self.sup.agent_changed(live, rec)
+        self.spawned += 1
+        timed_out = False
+        try:
+            with trio.move_on_after(o.timeout_ms / 1000) as deadline:
+                res = await run_cli(argv, env=env, cwd=cwd, stdin_path=rec.dir / "prompt.txt",
+                                    record=self.procs / f"{run.id}-{rec.n}.json",
+                                    record_extra={"runId": run.id, "n": rec.n}, on_line=on_line,
+                                    idle_timeout=self.cfg.agentIdleTimeoutMs / 1000)
+            timed_out = deadline.cancelled_caught
+        finally:
+            rec.stream = state    # for settling after a kill
+            shutil.rmtree(home, ignore_errors=True)
+        verdict = claude.judge(state, o.schema)
+        if timed_out:
+            return claude.Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=verdict.cost_usd,
+                                  tokens=verdict.tokens)
+        rec.exit_code = res.exit_code
+        if res.idle_timeout:
+            return claude.Verdict(ok=False, cost_usd=verdict.cost_usd, tokens=verdict.tokens, error=(
+                f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); the agent was killed"))
+        return verdict
+
+    def _read_key(self, live: "LiveRun") -> str:
+        path = live.caller.apiKeyFile
+        if not path:
+            raise AgentCallError(f"agent(): caller {live.caller.name!r} has no apiKeyFile; the engine has no key")
+        try:
+            key = Path(path).read_text().strip()
+        except OSError as e:
+            raise AgentCallError(f"agent(): cannot read the caller's apiKeyFile: {e.strerror}") from None
+        if not key:
+            raise AgentCallError(f"agent(): the caller's apiKeyFile {path} is empty")
+        return key
+
+    # -- settling and recording ---------------------------------------------------
+    def _settle(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str, reserved: float,
+                verdict: claude.Verdict | None) -> None:
+        if rec.started_at is None:
+            if reserved:
+                live.usd.settle(reserved, 0.0)   # never started: nothing used
+            return
+        if verdict is None:
+            verdict = claude.judge(rec.stream, o.schema) if rec.stream is not None else claude.Verdict(ok=False)
+        tokens = verdict.tokens
+        cost = verdict.cost_usd
+        estimated = cost is None
+        if cost is None:
+            streamed_model = rec.stream.model if rec.stream is not None else None
+            row = prices.row_for(o.model or streamed_model, self.cfg.prices)
+            if tokens.total == 0:
+                # Nothing streamed: at least the prompt and the system prompt went in.
+                tokens = Tokens(input=len(prompt) // 4 + SYSTEM_PROMPT_TOKENS)
+            cost = prices.cost(tokens, row) if row else 0.0
+        rec.cost_usd = cost
+        rec.cost_estimated = estimated
+        rec.tokens = tokens
+        live.usd.settle(reserved, cost)
+        live.run.spent_usd = live.usd.ledger.spent
+        live.run.spent_estimated = live.run.spent_estimated or estimated
+
+    def _end(self, live: "LiveRun", rec: AgentRecord, state: str, error: str | None = None) -> None:
+        rec.error = error
+        rec.set_state(state, **({"error": error} if error else {}))
+        live.run.agents_done += 1
+        self.sup.agent_changed(live, rec)

@@ -1,0 +1,80 @@
+"""The per-run budget: reserve a cap before an agent starts, settle what it used after.
+
+`Ledger` is the pure arithmetic; `BudgetGate` adds the waiting: an agent that cannot
+reserve the minimum waits while others hold reservations (their unused parts may come
+back), and fails when nothing can free up.
+"""
+
+from __future__ import annotations
+
+import attrs
+import trio
+
+MIN_USD = 0.03
+EPS = 1e-9
+
+
+class BudgetSpent(Exception):
+    pass
+
+
+@attrs.define
+class Ledger:
+    total: float
+    minimum: float = MIN_USD
+    spent: float = 0.0
+    reserved: float = 0.0
+
+    @property
+    def available(self) -> float:
+        return max(0.0, self.total - self.spent - self.reserved)
+
+    def try_reserve(self, cap: float) -> float | None:
+        """Reserve min(cap, available), if that is at least the minimum."""
+        avail = self.available
+        want = min(cap, avail)
+        if want + EPS < min(self.minimum, cap) or want <= EPS:
+            return None
+        self.reserved += want
+        return want
+
+    def settle(self, reserved: float, used: float) -> None:
+        """Return a reservation and book what was used (which may exceed it by one turn)."""
+        self.reserved = max(0.0, self.reserved - reserved)
+        self.spent += used
+
+    @property
+    def can_free_up(self) -> bool:
+        return self.reserved > EPS
+
+    def view(self) -> dict[str, float]:
+        return {"total": round(self.total, 6), "spent": round(self.spent, 6), "reserved": round(self.reserved, 6),
+                "remaining": round(self.available, 6)}
+
+
+class BudgetGate:
+    def __init__(self, ledger: Ledger, what: str = "USD") -> None:
+        self.ledger = ledger
+        self.what = what
+        self._changed = trio.Event()
+
+    async def reserve(self, cap: float) -> float:
+        while True:
+            got = self.ledger.try_reserve(cap)
+            if got is not None:
+                return got
+            if not self.ledger.can_free_up:
+                raise BudgetSpent(self._spent_message())
+            await self._changed.wait()
+
+    def _spent_message(self) -> str:
+        lg = self.ledger
+        if self.what == "USD":
+            return (f"the run's budget is spent: ${lg.spent:.2f} of ${lg.total:.2f} used, "
+                    f"less than ${lg.minimum:.2f} left for another agent")
+        return (f"the run's token budget is spent: {lg.spent:,.0f} of {lg.total:,.0f} tokens used")
+
+    def settle(self, reserved: float, used: float) -> None:
+        self.ledger.settle(reserved, used)
+        ev, self._changed = self._changed, trio.Event()
+        ev.set()

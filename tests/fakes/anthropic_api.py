@@ -1,0 +1,177 @@
+"""A fake Anthropic Messages API on loopback, scripted per prompt.
+
+The scenario is chosen by a marker in the prompt text, `[[name]]` or `[[name:arg]]`:
+
+  (none)              plain text reply "echo: <prompt>"
+  [[text:WORDS]]      reply WORDS
+  [[usage:IN,OUT]]    plain reply whose usage is IN input and OUT output tokens (drives cost)
+  [[structured:JSON]] call the StructuredOutput tool with JSON as input
+  [[textonly]]        answer with text even when a schema asks for StructuredOutput
+  [[read:PATH]]       call Read on PATH, then reply with what the tool returned
+  [[401]] [[500]]     HTTP errors
+  [[slow:SECONDS]]    stream the reply with a pause of SECONDS between events
+  [[hang]]            send message_start, then never finish
+  [[sleep:SECONDS]]   wait before answering (a slow but healthy agent)
+  [[echokey]]         reply with the x-api-key header it received (a leaking agent)
+
+Every request is recorded (headers and body) with the time it arrived; `live` counts
+requests in flight, `max_live` its peak.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import partial
+from typing import Any, AsyncIterator
+
+import attrs
+import hypercorn.config
+import hypercorn.trio
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+
+
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def prompt_of(body: dict[str, Any]) -> str:
+    """The user's prompt: the text blocks of the first user message."""
+    for msg in body.get("messages", []):
+        if msg.get("role") == "user":
+            content = msg.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for msg in body.get("messages", []):
+        if msg.get("role") == "user" and isinstance(msg.get("content"), list):
+            out += [b for b in msg["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+    return out
+
+
+def message_events(model: str, blocks: list[dict[str, Any]], stop: str, usage: tuple[int, int]) -> list[bytes]:
+    evs = [sse("message_start", {"type": "message_start", "message": {
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": usage[0], "output_tokens": 1, "cache_creation_input_tokens": 0,
+                  "cache_read_input_tokens": 0}}})]
+    for i, b in enumerate(blocks):
+        if b["type"] == "text":
+            evs.append(sse("content_block_start", {"type": "content_block_start", "index": i,
+                                                   "content_block": {"type": "text", "text": ""}}))
+            evs.append(sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                   "delta": {"type": "text_delta", "text": b["text"]}}))
+        else:
+            evs.append(sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
+                "type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}}))
+            evs.append(sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
+                "type": "input_json_delta", "partial_json": json.dumps(b["input"])}}))
+        evs.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
+    evs.append(sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                     "usage": {"output_tokens": usage[1]}}))
+    evs.append(sse("message_stop", {"type": "message_stop"}))
+    return evs
+
+
+@attrs.define
+class FakeAnthropic:
+    requests: list[dict[str, Any]] = attrs.Factory(list)
+    live: int = 0
+    max_live: int = 0
+    url: str = ""
+    closed_early: int = 0
+
+    def app(self) -> QuartTrio:
+        app = QuartTrio("fake-anthropic")
+        app.config["RESPONSE_TIMEOUT"] = None
+
+        @app.post("/v1/messages")
+        async def messages() -> Any:
+            body = await request.get_json(force=True)
+            entry = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
+                     "at": trio.current_time(), "prompt": prompt_of(body)}
+            self.requests.append(entry)
+            return await self.answer(body, entry["prompt"], entry["headers"])
+
+        return app
+
+    async def answer(self, body: dict[str, Any], prompt: str, headers: dict[str, str]) -> Any:
+        model = body.get("model", "claude-test")
+        m = re.search(r"\[\[(\w+)(?::(.*?))?\]\]", prompt, re.S)
+        kind, arg = (m.group(1), m.group(2)) if m else ("echo", None)
+        err = {"401": (401, "authentication_error", "invalid x-api-key"),
+               "500": (500, "api_error", "internal failure")}.get(kind)
+        if err:
+            return Response(json.dumps({"type": "error", "error": {"type": err[1], "message": err[2]}}),
+                            status=err[0], content_type="application/json")
+        usage = (1000, 50)
+        pause = 0.0
+        hang = False
+        stop = "end_turn"
+        done_tools = tool_results(body)
+        if kind == "sleep":
+            await trio.sleep(float(arg))
+        if kind == "usage":
+            a, b = arg.split(",")
+            usage = (int(a), int(b))
+            blocks = [{"type": "text", "text": "counted"}]
+        elif kind == "echokey":
+            blocks = [{"type": "text", "text": f"the key is {headers.get('x-api-key')}"}]
+        elif kind == "text":
+            blocks = [{"type": "text", "text": arg}]
+        elif kind == "structured" and not done_tools:
+            blocks = [{"type": "tool_use", "id": "toolu_s1", "name": "StructuredOutput", "input": json.loads(arg)}]
+            stop = "tool_use"
+        elif kind == "read" and not done_tools:
+            blocks = [{"type": "tool_use", "id": "toolu_r1", "name": "Read", "input": {"file_path": arg}}]
+            stop = "tool_use"
+        elif kind == "read":
+            content = done_tools[-1].get("content")
+            if isinstance(content, list):
+                content = "".join(c.get("text", "") for c in content if isinstance(c, dict))
+            blocks = [{"type": "text", "text": f"tool said: {content}"}]
+        elif kind == "slow":
+            pause = float(arg)
+            blocks = [{"type": "text", "text": "slowly done"}]
+        elif kind == "hang":
+            hang = True
+            blocks = []
+        else:
+            blocks = [{"type": "text", "text": "echo: " + prompt[-200:]}]
+        events = message_events(model, blocks, stop, usage)
+
+        async def stream() -> AsyncIterator[bytes]:
+            self.live += 1
+            self.max_live = max(self.max_live, self.live)
+            try:
+                if hang:
+                    yield events[0]
+                    await trio.sleep_forever()
+                for ev in events:
+                    yield ev
+                    if pause:
+                        await trio.sleep(pause)
+            finally:
+                self.live -= 1
+
+        resp = Response(stream(), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        resp.timeout = None
+        return resp
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        cfg = hypercorn.config.Config()
+        cfg.bind = ["127.0.0.1:0"]
+        cfg.accesslog = None
+        cfg.errorlog = None
+        cfg.graceful_timeout = 0.1
+        async with trio.open_nursery() as n:
+            binds = await n.start(partial(hypercorn.trio.serve, self.app(), cfg))
+            self.url = binds[0]
+            task_status.started(self)

@@ -1,0 +1,60 @@
+"""A fake `claude -p` for fast unit tests: reads the prompt from stdin, prints stream-json.
+
+The prompt picks the behaviour:
+  noop              a result at once (cost $0.01)
+  dump              also writes {argv, env, cwd, stdin_is_file} to <cwd>/dump-<pid>.json
+  sleep:S           sleep S seconds, then a result
+  grandchild        start a grandchild that holds stdout open, print a result, exit
+  hold              start a grandchild holding stdout, then sleep forever (a hung agent)
+  noresult          print an assistant message with usage, then exit 1 without a result
+Use `install(dir)` to write an executable copy whose shebang is this interpreter.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+SOURCE = r'''
+import json, os, subprocess, sys, time
+prompt = sys.stdin.read()
+def out(o):
+    sys.stdout.write(json.dumps(o) + "\n"); sys.stdout.flush()
+out({"type": "system", "subtype": "init", "model": "claude-fake", "cwd": os.getcwd()})
+def result(text="ok", cost=0.01):
+    out({"type": "result", "subtype": "success", "is_error": False, "result": text, "total_cost_usd": cost,
+         "usage": {"input_tokens": 100, "output_tokens": 10}, "terminal_reason": "completed"})
+word = prompt.strip().split()[0] if prompt.strip() else "noop"
+if word == "dump":
+    st = os.fstat(0)
+    import stat as S
+    with open(os.path.join(os.getcwd(), f"dump-{os.getpid()}.json"), "w") as f:
+        json.dump({"argv": sys.argv, "env": dict(os.environ), "cwd": os.getcwd(),
+                   "stdin_is_file": S.S_ISREG(st.st_mode), "prompt": prompt}, f)
+    result("dumped")
+elif word.startswith("sleep:"):
+    time.sleep(float(word.split(":")[1])); result("slept")
+elif word == "grandchild":
+    p = subprocess.Popen(["sleep", "300"])
+    open(os.path.join(os.getcwd(), f"grandchild-{os.getpid()}"), "w").write(str(p.pid))
+    result("left a grandchild")
+elif word == "hold":
+    p = subprocess.Popen(["sleep", "300"])
+    open(os.path.join(os.getcwd(), f"grandchild-{os.getpid()}"), "w").write(str(p.pid))
+    out({"type": "assistant", "message": {"id": "m1", "usage": {"input_tokens": 5000, "output_tokens": 1},
+                                           "content": [{"type": "text", "text": "thinking"}]}})
+    time.sleep(300)
+elif word == "noresult":
+    out({"type": "assistant", "message": {"id": "m1", "usage": {"input_tokens": 200000, "output_tokens": 1},
+                                           "content": [{"type": "text", "text": "partial"}]}})
+    sys.exit(1)
+else:
+    result("noop")
+'''
+
+
+def install(directory: Path, name: str = "claude") -> Path:
+    path = directory / name
+    path.write_text(f"#!{sys.executable}\n" + SOURCE)
+    path.chmod(0o755)
+    return path

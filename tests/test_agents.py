@@ -1,0 +1,314 @@
+"""agent() plumbing with a fast fake CLI: argv and environment per profile, process
+groups on skip/cancel/timeout, caps, fairness, option errors, the boot reaper, the ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from swarmbase import config
+from swarmbase.engines.process import process_start_time, reap_recorded_groups
+from swarmbase.runs.budget import BudgetGate, BudgetSpent, Ledger
+
+from .conftest import Env, result_of, run_to_end, start_daemon, write_config
+from .fakes import fake_claude
+
+KEY = "sk-fake-key-0123456789abcdef"
+
+
+async def fake_daemon(tmp_path: Path, nursery: trio.Nursery, caller_extra: dict[str, Any] | None = None,
+                      **extra: Any) -> Env:
+    state = tmp_path / "state"
+    state.mkdir(parents=True)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    cli = fake_claude.install(bindir)
+    key = state / "alice.key"
+    key.write_text(KEY)
+    key.chmod(0o600)
+    roots = tmp_path / "roots"
+    roots.mkdir()
+    path, tokens = write_config(state, callers=["alice"],
+                                engines={"claude": {"bin": str(cli), "baseUrl": "http://127.0.0.1:9/gw"}},
+                                caller_extra={"apiKeyFile": str(key), "maxProfile": "write",
+                                              "cwdRoots": [str(roots)], **(caller_extra or {})}, **extra)
+    env = Env(state=state, tokens=tokens, cfg=config.load(path))
+    await start_daemon(nursery, env)
+    return env
+
+
+def dumps(env: Env, run: Any) -> list[dict[str, Any]]:
+    work = env.services.store.work_dir(run)
+    return [json.loads(p.read_text()) for p in sorted(work.glob("dump-*.json"), key=lambda p: p.stat().st_mtime)]
+
+
+def agent_json(env: Env, run: Any, n: int) -> dict[str, Any]:
+    return json.loads((env.services.store.dir(run) / "agents" / str(n) / "agent.json").read_text())
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+async def test_exact_argv_and_environment_per_profile(tmp_path: Path, nursery: trio.Nursery,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDECODE", "1")                 # a parent Claude Code's marker
+    monkeypatch.setenv("SWARMBASE_TEST_AMBIENT", "leak")  # anything else from the daemon's env
+    env = await fake_daemon(tmp_path, nursery)
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    script = f"""
+await agent("dump think", {{ profile: "think", label: "t" }});
+await agent("dump read", {{ profile: "read", model: "sonnet", effort: "high", maxUsd: 0.25 }});
+await agent("dump write", {{ profile: "write", schema: {json.dumps(schema)} }});
+return 1;"""
+    run = await run_to_end(env, script, keepWork=True, budgetUsd=4, model="claude-haiku-5-5")
+    assert run.status == "completed", run.error
+    think, read, write = dumps(env, run)
+    work = str(env.services.store.work_dir(run))
+    state = str(env.state)
+
+    def without_settings(argv: list[str]) -> list[str]:
+        i = argv.index("--settings")
+        return argv[1:i] + argv[i + 2:]
+
+    common = ["-p", "--output-format", "stream-json", "--verbose", "--permission-mode", "dontAsk",
+              "--setting-sources=", "--strict-mcp-config", "--mcp-config", '{"mcpServers":{}}',
+              "--no-session-persistence"]
+    assert without_settings(think["argv"]) == common + ["--tools=", "--max-budget-usd", "0.5000",
+                                                        "--model", "claude-haiku-5-5"]
+    assert without_settings(read["argv"]) == common + [
+        "--tools=Read,Grep,Glob,WebFetch,WebSearch", "--max-budget-usd", "0.2500",
+        "--allowedTools", f"Read(/{work}/**),WebFetch,WebSearch", "--model", "sonnet", "--effort", "high"]
+    assert without_settings(write["argv"]) == common + [
+        "--tools=Read,Grep,Glob,WebFetch,WebSearch,Edit,Write,Bash", "--max-budget-usd", "0.5000",
+        "--allowedTools", f"Read(/{work}/**),WebFetch,WebSearch,Edit(/{work}/**),Bash",
+        "--model", "claude-haiku-5-5", "--json-schema", json.dumps(schema, separators=(",", ":"))]
+    deny = json.loads(think["argv"][think["argv"].index("--settings") + 1])["permissions"]["deny"]
+    for rule in ("Read(**/.env)", "Read(**/*.token)", "Edit(**/.env)", f"Read(/{state}/*.key)",
+                 f"Read(/{state}/runs/*/agents/**)", f"Read(/{env.state / 'alice.key'})",
+                 f"Read(/{os.path.expanduser('~')}/.ssh/**)"):
+        assert rule in deny, rule
+    assert not any(work in r for r in deny)
+    # Prompt on stdin as a file, never in argv.
+    assert think["stdin_is_file"] and think["prompt"] == "dump think"
+    assert not any("dump think" in a for a in think["argv"])
+    e = think["env"]
+    homes = str(env.state / "homes")
+    assert set(e) == {"PATH", "HOME", "CLAUDE_CONFIG_DIR", "TMPDIR", "CLAUDE_CODE_TMPDIR", "LANG",
+                      "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER",
+                      "CLAUDE_CODE_MAX_RETRIES", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+                      "ANTHROPIC_CUSTOM_HEADERS"} | ({"LC_ALL"} & set(os.environ)) | ({"TZ"} & set(os.environ)) \
+        | ({"LC_CTYPE"} & set(os.environ))
+    assert e["ANTHROPIC_API_KEY"] == KEY
+    assert e["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9/gw"
+    assert e["ANTHROPIC_CUSTOM_HEADERS"] == f"x-gate-origin: swarmbase\nx-gate-channel: {run.id}\nx-gate-counterparty: 1:t"
+    assert e["HOME"].startswith(homes) and e["TMPDIR"].startswith(homes)
+    assert e["CLAUDE_CONFIG_DIR"] == e["HOME"] + "/.claude"
+    assert e["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
+    assert "CLAUDECODE" not in e and "SWARMBASE_TEST_AMBIENT" not in e
+    assert think["cwd"] == work
+    # Private homes are deleted after each agent.
+    assert not any((env.state / "homes").iterdir())
+    # The key never went into argv or the records.
+    assert not any(KEY in a for d in (think, read, write) for a in d["argv"])
+    assert KEY not in "".join(p.read_text() for p in (env.services.store.dir(run) / "agents").rglob("*.json*"))
+
+
+async def test_skip_kills_whole_group_and_run_goes_on(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    sup = env.services.supervisor
+    run = sup.start(env.cfg.caller("alice"), {"script": "const a = await agent('hold');\nreturn { a, b: await agent('noop') };",
+                                              "keepWork": True})
+    work = sup.store.work_dir(run)
+    with trio.fail_after(30):
+        while not list(work.glob("grandchild-*")):
+            await trio.sleep(0.02)
+        leader = int(list(work.glob("grandchild-*"))[0].name.split("-")[1])
+        grandchild = int(list(work.glob("grandchild-*"))[0].read_text())
+        assert pid_alive(leader) and pid_alive(grandchild)
+        assert sup.skip_agent(run, 1)
+        await sup.live[run.id].finished.wait() if run.id in sup.live else None
+    assert run.status == "completed"
+    assert result_of(env, run) == {"a": None, "b": "noop"}
+    assert not pid_alive(leader) and not pid_alive(grandchild)
+    a1 = agent_json(env, run, 1)
+    assert a1["state"] == "skipped" and a1["estimated"] is True and a1["costUsd"] > 0
+    assert run.agents_done == 2 and run.agents_total == 2
+
+
+async def test_cancel_kills_agent_groups(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    sup = env.services.supervisor
+    run = sup.start(env.cfg.caller("alice"), {"script": "return await parallel([() => agent('hold'), () => agent('hold')])",
+                                              "keepWork": True})
+    work = sup.store.work_dir(run)
+    with trio.fail_after(30):
+        while len(list(work.glob("grandchild-*"))) < 2:
+            await trio.sleep(0.02)
+        pids = [int(p.name.split("-")[1]) for p in work.glob("grandchild-*")]
+        pids += [int(p.read_text()) for p in work.glob("grandchild-*")]
+        sup.cancel(run)
+        await sup.live[run.id].finished.wait()
+    assert run.status == "cancelled"
+    assert not any(pid_alive(p) for p in pids)
+    assert [agent_json(env, run, n)["state"] for n in (1, 2)] == ["cancelled", "cancelled"]
+    assert list((env.state / "procs").iterdir()) == []
+    assert env.services.supervisor.runs[run.id].spent_usd > 0      # killed agents are charged
+
+
+async def test_agent_that_exits_leaving_grandchild_on_stdout_completes(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    t = time.monotonic()
+    run = await run_to_end(env, "return await agent('grandchild')", keepWork=True)
+    assert time.monotonic() - t < 20
+    assert result_of(env, run) == "left a grandchild"
+    gc = int(next(env.services.store.work_dir(run).glob("grandchild-*")).read_text())
+    assert not pid_alive(gc)
+
+
+async def test_missing_result_is_failure_with_estimated_cost(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    run = await run_to_end(env, "return await agent('noresult', { model: 'claude-opus-5-5' })")
+    assert result_of(env, run) is None
+    a = agent_json(env, run, 1)
+    assert a["state"] == "failed" and "without a result" in a["error"]
+    assert a["exitCode"] == 1
+    assert a["estimated"] is True and a["costUsd"] == pytest.approx(200_001 * 4 / 1e6 + 1 * 20 / 1e6, rel=1e-3)
+
+
+async def test_timeout_kills_agent(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    run = await run_to_end(env, "return await agent('sleep:30', { timeoutMs: 1000 })")
+    a = agent_json(env, run, 1)
+    assert a["state"] == "failed" and "timed out after 1000 ms" in a["error"]
+    assert result_of(env, run) is None
+
+
+@pytest.mark.parametrize("opts,message", [
+    ("{ modle: 'x' }", "unknown option 'modle'"),
+    ("{ profile: 'root' }", "opts.profile must be one of"),
+    ("{ engine: 'codex' }", "engine 'codex' is not allowed"),
+    ("{ effort: 'extreme' }", "opts.effort must be one of"),
+    ("{ maxUsd: -1 }", "opts.maxUsd must be above 0"),
+    ("{ maxTokens: 5 }", "maxTokens applies to codex agents only"),
+    ("{ schema: { type: 'nope' } }", "not a valid JSON Schema"),
+    ("{ isolation: 'worktree' }", "isolation: 'worktree'"),
+    ("{ timeoutMs: 5 }", "opts.timeoutMs must be between"),
+    ("'not an object'", "opts must be an object"),
+])
+async def test_bad_options_throw_in_script(tmp_path: Path, nursery: trio.Nursery, opts: str, message: str) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    run = await run_to_end(env, f"try {{ await agent('noop', {opts}); }} catch (e) {{ return e.message; }}")
+    assert message in result_of(env, run)
+
+
+async def test_profile_above_caller_max_throws(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery, caller_extra={"maxProfile": "read"})
+    run = await run_to_end(env, "try { await agent('noop', {profile: 'write'}); } catch (e) { return e.message; }",
+                           profile="read")
+    assert "above this caller's maxProfile 'read'" in result_of(env, run)
+
+
+async def test_max_agents_per_run_throws_naming_cap(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery, maxAgentsPerRun=3)
+    run = await run_to_end(env, "let n = 0;\ntry { for (;;) { await agent('noop'); n++; } }\n"
+                                "catch (e) { return { n, m: e.message }; }")
+    res = result_of(env, run)
+    assert res["n"] == 3 and "maxAgentsPerRun" in res["m"] and "3 agents" in res["m"]
+
+
+async def test_status_shows_phases_agents_and_costs(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    run = await run_to_end(env, "await agent('noop', {label: 'first'});\nphase('two');\n"
+                                "await parallel([() => agent('noop', {label: 'x'}), () => agent('noop', {label: 'y'})]);")
+    from swarmbase.mcpl import tools
+    st = tools.call(env.services.supervisor, env.cfg.caller("alice"),
+                    {"name": "status", "arguments": {"runId": run.id}})["structuredContent"]
+    assert [p["title"] for p in st["phases"]] == ["main", "two"]
+    assert [a["label"] for a in st["phases"][0]["agents"]] == ["first"]
+    assert sorted(a["label"] for a in st["phases"][1]["agents"]) == ["x", "y"]
+    assert all(a["state"] == "done" and a["costUsd"] == 0.01 for p in st["phases"] for a in p["agents"])
+    assert st["spentUsd"] == pytest.approx(0.03) and st["agents"] == {"done": 3, "total": 3}
+
+
+async def test_fifo_across_runs_no_starvation(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery, maxConcurrentAgents=2, perRunConcurrency=2,
+                            caller_extra={"maxActiveRuns": 5})
+    sup = env.services.supervisor
+    big = sup.start(env.cfg.caller("alice"), {"script": "return await parallel(Array.from({length: 12}, () => "
+                                                          "() => agent('sleep:0.2')))"})
+    await trio.sleep(0.5)
+    small = sup.start(env.cfg.caller("alice"), {"script": "return await parallel([() => agent('noop'), () => agent('noop')])"})
+    with trio.fail_after(60):
+        await sup.live[small.id].finished.wait()
+        await sup.live[big.id].finished.wait() if big.id in sup.live else None
+    big_starts = sorted(agent_json(env, big, n)["startedAt"] for n in range(1, 13))
+    small_starts = [agent_json(env, small, n)["startedAt"] for n in (1, 2)]
+    # The small run's agents did not wait for the big run to drain.
+    assert max(small_starts) < big_starts[-3]
+
+
+def test_boot_reaper_kills_recorded_group_only_if_start_time_matches(tmp_path: Path) -> None:
+    procs = tmp_path / "procs"
+    procs.mkdir()
+    a = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    b = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        (procs / "a.json").write_text(json.dumps({"pgid": a.pid, "startTime": process_start_time(a.pid)}))
+        (procs / "b.json").write_text(json.dumps({"pgid": b.pid, "startTime": process_start_time(b.pid) + 1}))
+        assert reap_recorded_groups(procs) == [a.pid]
+        assert a.wait(timeout=10) == -signal.SIGKILL
+        assert b.poll() is None            # a pid whose start time differs is never killed
+        assert list(procs.iterdir()) == []
+    finally:
+        b.kill()
+        b.wait()
+
+
+# -- the ledger -------------------------------------------------------------------------
+
+def test_ledger_reserve_and_settle() -> None:
+    lg = Ledger(total=1.0)
+    assert lg.try_reserve(0.5) == 0.5
+    assert lg.try_reserve(0.4) == 0.4
+    assert lg.try_reserve(0.5) == pytest.approx(0.1)      # what is left, if at least $0.03
+    assert lg.try_reserve(0.5) is None
+    lg.settle(0.5, 0.2)
+    assert lg.view() == {"total": 1.0, "spent": 0.2, "reserved": 0.5, "remaining": 0.3}
+    lg.settle(0.4, 0.45)                                   # one turn of overshoot is booked
+    lg.settle(0.1, 0.1)
+    assert lg.spent == pytest.approx(0.75) and lg.reserved == 0
+    assert lg.try_reserve(0.02) == pytest.approx(0.02)    # a cap below the minimum is fine
+
+
+async def test_gate_waits_for_reservations_then_throws_when_nothing_frees(autojump_clock: trio.testing.MockClock) -> None:
+    gate = BudgetGate(Ledger(total=1.0))
+    first = await gate.reserve(1.0)
+    got: list[float] = []
+
+    async def second() -> None:
+        got.append(await gate.reserve(0.5))
+
+    with trio.fail_after(100):
+        async with trio.open_nursery() as n:
+            n.start_soon(second)
+            await trio.sleep(5)
+            assert got == []                  # waiting while the first holds its reservation
+            gate.settle(first, 0.6)           # $0.40 comes back
+        assert got == [pytest.approx(0.4)]
+        gate.settle(got[0], 0.4)
+        with pytest.raises(BudgetSpent, match="budget is spent"):
+            await gate.reserve(0.5)
