@@ -20,14 +20,18 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+def write_atomic(path: Path, data: bytes, mode: int = 0o600, durable: bool = True) -> None:
+    """Temp file + rename: readers see the old or the new file, never a torn one.
+    durable=False skips the fsyncs, for derived records that a crash may leave one
+    update behind (still whole) but that are not a source of truth."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -35,11 +39,14 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
-def write_json(path: Path, value: Any) -> None:
-    write_atomic(path, json.dumps(value, indent=1, ensure_ascii=False).encode() + b"\n")
+def write_json(path: Path, value: Any, durable: bool = True) -> None:
+    # Compact separators keep json on its C encoder (indent forces the pure-Python one).
+    write_atomic(path, json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n",
+                 durable=durable)
 
 
 def read_json(path: Path, default: Any = None) -> Any:
@@ -49,11 +56,23 @@ def read_json(path: Path, default: Any = None) -> Any:
         return default
 
 
-def append_line(path: Path, value: Any) -> None:
+def append_line(path: Path, value: Any, durable: bool = True) -> None:
     line = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         os.write(fd, line)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)

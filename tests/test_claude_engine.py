@@ -229,3 +229,23 @@ async def test_cwd_must_lie_under_cwd_roots(tmp_path: Path, nursery: trio.Nurser
         assert run.status == "failed"
         assert "cwdRoots" in run.error or "absolute path" in run.error, run.error
     assert api.requests == []
+
+
+async def test_read_profile_is_confined_to_cwd_and_denies_secrets(tmp_path: Path, nursery: trio.Nursery,
+                                                                  claude_bin: str, api: FakeAnthropic) -> None:
+    env = await claude_daemon(tmp_path, nursery, claude_bin, api.url)
+    roots = tmp_path / "roots"
+    (roots / "ok.txt").write_text("VISIBLE-CONTENT")
+    (roots / ".env").write_text("DOTENV-SECRET-VALUE")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "private.txt").write_text("OUTSIDE-SECRET-VALUE")
+    reads = [roots / "ok.txt", roots / ".env", outside / "private.txt", env.cfg.path]
+    script = "return await parallel(args.map(p => () => agent('[[read:' + p + ']]', { profile: 'read', cwd: "
+    script += json.dumps(str(roots)) + " })))"
+    run = await run_to_end(env, script, args=[str(p) for p in reads], timeout=120)
+    ok, dotenv, out, cfg = result_of(env, run)
+    assert "VISIBLE-CONTENT" in ok
+    assert "DOTENV-SECRET-VALUE" not in dotenv
+    assert "OUTSIDE-SECRET-VALUE" not in out
+    assert "tokenSha256" not in cfg

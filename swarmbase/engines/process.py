@@ -46,7 +46,6 @@ async def run_cli(argv: list[str], *, env: dict[str, str], cwd: str, stdin_path:
     """Run argv until it ends; on_line returns True for the final event. Cancelling the
     caller kills the group. `record` is written (pgid + start time) before any output is read."""
     res = ProcResult()
-    fsutil.write_json(record, {"pgid": None, "argv0": argv[0], **(record_extra or {})})
     try:
         with open(stdin_path, "rb") as stdin:
             async with group_process(argv, env=env, cwd=cwd, stdin=stdin.fileno(),

@@ -173,6 +173,7 @@ class Agents:
             timed_out = deadline.cancelled_caught
         finally:
             rec.stream = state    # for settling after a kill
+            transcript.close()
             shutil.rmtree(home, ignore_errors=True)
         verdict = claude.judge(state, o.schema)
         if timed_out:

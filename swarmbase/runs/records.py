@@ -93,17 +93,20 @@ class AgentRecord:
 
 def create(agents_dir: Path, rec: AgentRecord, prompt: str, opts: dict[str, Any]) -> None:
     rec.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fsutil.write_atomic(rec.dir / "prompt.txt", prompt.encode())
-    fsutil.write_json(rec.dir / "opts.json", opts)
+    fsutil.write_atomic(rec.dir / "prompt.txt", prompt.encode(), durable=False)
+    fsutil.write_json(rec.dir / "opts.json", opts, durable=False)
     save(rec)
 
 
-def save(rec: AgentRecord) -> None:
-    fsutil.write_json(rec.dir / "agent.json", rec.to_json())
+def save(rec: AgentRecord, durable: bool = False) -> None:
+    """agent.json is written whole at each state change; the journal (not this) is what
+    resume trusts, so only the final write is made durable."""
+    fsutil.write_json(rec.dir / "agent.json", rec.to_json(), durable=durable)
 
 
 class Transcript:
-    """The agent's stream, line by line, redacted, appended with fsync."""
+    """The agent's stream, line by line, redacted. Appended without a per-line fsync (a
+    chatty agent would pay one per event) and fsync'd once when the agent ends."""
 
     def __init__(self, path: Path, redact: Redactor) -> None:
         self.path = path
@@ -115,4 +118,7 @@ class Transcript:
             value = json.loads(text)
         except ValueError:
             value = {"type": "raw", "text": text[:10_000]}
-        fsutil.append_line(self.path, value)
+        fsutil.append_line(self.path, value, durable=False)
+
+    def close(self) -> None:
+        fsutil.fsync_file(self.path)

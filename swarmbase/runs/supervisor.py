@@ -28,6 +28,7 @@ from .store import RunStore
 log = logging.getLogger("swarmbase.supervisor")
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
+FLUSH_INTERVAL_S = 0.25
 
 
 class RunRefused(Exception):
@@ -54,6 +55,7 @@ class LiveRun:
     agents: dict[int, AgentRecord] = attrs.Factory(dict)
     agent_scopes: dict[int, trio.CancelScope] = attrs.Factory(dict)
     redact: Redactor = attrs.Factory(Redactor)
+    dirty: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
@@ -170,11 +172,24 @@ class Supervisor:
         return live.phases_view() if live else self.store.phases(run)
 
     def agent_changed(self, live: LiveRun, rec: AgentRecord) -> None:
+        """An agent's state moved: its record now if it ended, run.json and phases.json
+        on the run's next flush (they are rewritten whole; per change would be O(n²))."""
         from . import records
-        records.save(rec)
-        self.store.save_phases(live.run, live.phases_view())
-        self.store.save(live.run)
+        if rec.state in records.ENDED or rec.state == "queued":
+            records.save(rec, durable=rec.state in records.ENDED)
+        live.dirty = True
         self.changed(live.run)
+
+    def _flush(self, live: LiveRun) -> None:
+        if live.dirty:
+            live.dirty = False
+            self.store.save_phases(live.run, live.phases_view())
+            self.store.save(live.run)
+
+    async def _flush_loop(self, live: LiveRun) -> None:
+        while True:
+            await trio.sleep(FLUSH_INTERVAL_S)
+            self._flush(live)
 
     # -- changes ------------------------------------------------------------
     def changed(self, run: Run) -> None:
@@ -226,8 +241,11 @@ class Supervisor:
                 run.set_status("running", time.time())
                 self.store.save(run)
                 self.changed(run)
-                outcome = await run_script(self.store.script(run), run.args, _Host(self, live),
-                                           self.limits, self.runner_argv)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._flush_loop, live)
+                    outcome = await run_script(self.store.script(run), run.args, _Host(self, live),
+                                               self.limits, self.runner_argv)
+                    nursery.cancel_scope.cancel()
         except Exception as e:  # a daemon bug must still end the run visibly
             log.exception("run %s crashed", run.id)
             outcome = None
