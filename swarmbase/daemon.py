@@ -137,7 +137,8 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
         await trio.sleep(0.1)
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(services.supervisor.serve)
+        resume = interrupted if cfg.resumeInterruptedOnBoot else []
+        await nursery.start(partial(services.supervisor.serve, resume=resume))
         async with trio.open_nursery() as web:
             binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
             url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"

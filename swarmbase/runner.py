@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 import attrs
 import trio
 
+from . import fsutil
 from .procs import LineReader, group_process
 
 SANDBOX_DIR = Path(__file__).resolve().parent.parent / "sandbox"
@@ -30,7 +32,9 @@ class AgentCallError(Exception):
 
 
 class ScriptHost(Protocol):
-    async def agent(self, prompt: str, opts: dict[str, Any]) -> Any: ...
+    # agent_begin (optional) runs synchronously in call order, before any other call is
+    # read: what must follow the script's call order (numbering, journal keys) goes there.
+    async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any: ...
     def phase(self, title: str) -> None: ...
     def log(self, message: str) -> None: ...
     def meta(self, meta: Any) -> None: ...
@@ -63,6 +67,19 @@ def node_argv(node: str | None = None) -> list[str]:
 RUNNER_ENV = {"LANG": "C.UTF-8", "TZ": "UTC"}
 
 
+@contextmanager
+def recorded(record: Path | None, pid: int) -> Iterator[None]:
+    from .engines.process import process_start_time
+    if record is None:
+        yield
+        return
+    fsutil.write_json(record, {"pgid": pid, "startTime": process_start_time(pid), "argv0": "node runner"})
+    try:
+        yield
+    finally:
+        record.unlink(missing_ok=True)
+
+
 class _Bridge:
     def __init__(self, proc: trio.Process, host: ScriptHost, limits: RunnerLimits) -> None:
         self.proc = proc
@@ -84,9 +101,9 @@ class _Bridge:
             self.outcome = outcome
         self.done.set()
 
-    async def answer_agent(self, msg: dict[str, Any]) -> None:
+    async def answer_agent(self, msg: dict[str, Any], ticket: Any) -> None:
         try:
-            value = await self.host.agent(str(msg.get("prompt", "")), dict(msg.get("opts") or {}))
+            value = await self.host.agent(str(msg.get("prompt", "")), dict(msg.get("opts") or {}), ticket)
             reply = {"t": "reply", "id": msg["id"], "ok": True, "value": value}
         except AgentCallError as e:
             reply = {"t": "reply", "id": msg["id"], "ok": False, "error": str(e)}
@@ -110,7 +127,9 @@ class _Bridge:
             if t == "pong":
                 self.last_pong = trio.current_time()
             elif t == "call" and msg.get("op") == "agent" and isinstance(msg.get("id"), int):
-                nursery.start_soon(self.answer_agent, msg)
+                begin = getattr(self.host, "agent_begin", None)
+                ticket = begin(str(msg.get("prompt", "")), dict(msg.get("opts") or {})) if begin else None
+                nursery.start_soon(self.answer_agent, msg, ticket)
             elif t == "call":
                 await self.send({"t": "reply", "id": msg.get("id"), "ok": False,
                                  "error": f"unknown bridge call {msg.get('op')!r}"})
@@ -149,20 +168,22 @@ class _Bridge:
 
 
 async def run_script(script: str, args: Any, host: ScriptHost, limits: RunnerLimits = RunnerLimits(),
-                     argv: list[str] | None = None) -> ScriptOutcome:
-    """Run one script to its end. Cancelling the caller kills the runner's whole group."""
+                     argv: list[str] | None = None, record: Path | None = None) -> ScriptOutcome:
+    """Run one script to its end. Cancelling the caller kills the runner's whole group.
+    `record` (optional) gets the group's pgid and start time for the boot reaper."""
     async with group_process(argv or node_argv(), env=RUNNER_ENV, stdin=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, grace=0.5) as proc:
-        bridge = _Bridge(proc, host, limits)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(bridge.read_loop, nursery)
-            nursery.start_soon(bridge.ping_loop)
-            try:
-                await bridge.send({"t": "start", "script": script, "args": args,
-                                   "budget": host.budget_view(), "sliceMs": limits.slice_ms})
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # node died at start; read_loop reports it
-            await bridge.done.wait()
-            nursery.cancel_scope.cancel()
-        assert bridge.outcome is not None
-        return bridge.outcome
+        with recorded(record, proc.pid):
+            bridge = _Bridge(proc, host, limits)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(bridge.read_loop, nursery)
+                nursery.start_soon(bridge.ping_loop)
+                try:
+                    await bridge.send({"t": "start", "script": script, "args": args,
+                                       "budget": host.budget_view(), "sliceMs": limits.slice_ms})
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # node died at start; read_loop reports it
+                await bridge.done.wait()
+                nursery.cancel_scope.cancel()
+            assert bridge.outcome is not None
+            return bridge.outcome

@@ -51,7 +51,7 @@ async def test_token_selects_caller_and_its_runs(running: Env) -> None:
             await b.handshake()
             # Bob's token is another caller's: he sees none of Alice's runs.
             assert (await b.tool("list"))["structuredContent"]["runs"] == []
-            for tool in ("status", "result", "cancel"):
+            for tool in ("status", "result", "cancel", "resume"):
                 res = await b.tool(tool, {"runId": run_id})
                 assert res["isError"] is True
                 assert f"no run {run_id!r} for this caller" in res["content"][0]["text"]
@@ -80,7 +80,7 @@ async def test_handshake_mcpl_05(running: Env) -> None:
                                          "swarmbase:interrupted", "surface:done"}
             assert h.receipt == {"accepted": True, "unavailableFeatures": [], "notes": []}
             tools = (await h.request("tools/list"))["tools"]
-            assert [t["name"] for t in tools] == ["run", "status", "result", "cancel", "list", "guide"]
+            assert [t["name"] for t in tools] == ["run", "status", "result", "cancel", "resume", "list", "guide"]
             assert all(t["inputSchema"]["type"] == "object" for t in tools)
             assert await h.request("ping") == {}
 
@@ -115,7 +115,7 @@ async def test_plain_mcp_client_gets_tools_but_no_mcpl(running: Env) -> None:
         async with connect(running.ws, running.tokens["alice"]) as h:
             init = await h.handshake(None)
             assert init["capabilities"] == {"tools": {}}
-            assert len((await h.request("tools/list"))["tools"]) == 6
+            assert len((await h.request("tools/list"))["tools"]) == 7
             res = await h.tool("guide", {"topic": "determinism"})
             assert "Math.random()" in res["structuredContent"]["text"]
             with pytest.raises(RpcFailure) as ei:
@@ -254,7 +254,7 @@ async def running(env: Env, nursery: trio.Nursery):  # noqa: F811 - parked agent
     from .conftest import start_daemon
 
     class Parked:
-        async def call(self, live, prompt, opts):
+        async def call(self, live, prompt, opts, ticket=None):
             await trio.sleep_forever()
 
     await start_daemon(nursery, env, agents=Parked(), limits=RunnerLimits(slice_ms=1000))

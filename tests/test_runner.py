@@ -25,7 +25,7 @@ class Host:
         self.max_live = 0
         self.spent = 0.0
 
-    async def agent(self, prompt: str, opts: dict[str, Any]) -> Any:
+    async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
         self.calls.append((prompt, opts))
         self.live += 1
         self.max_live = max(self.max_live, self.live)

@@ -26,7 +26,7 @@ class Parked:
     def __init__(self) -> None:
         self.started = trio.Event()
 
-    async def call(self, live: Any, prompt: str, opts: dict[str, Any]) -> Any:
+    async def call(self, live: Any, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
         self.started.set()
         await trio.sleep_forever()
 
@@ -96,7 +96,7 @@ class Gate:
     def __init__(self) -> None:
         self.open = trio.Event()
 
-    async def call(self, live: Any, prompt: str, opts: dict[str, Any]) -> Any:
+    async def call(self, live: Any, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
         await self.open.wait()
         return prompt
 

@@ -69,6 +69,16 @@ TOOLS: list[dict[str, Any]] = [
                         "required": ["runId"], "additionalProperties": False},
     },
     {
+        "name": "resume",
+        "description": ("Re-run a finished run's script as a new run (new runId, fresh work dir). Every agent() "
+                        "call that succeeded before, with the same options and args, replays from the journal "
+                        "for free; failed, skipped and new calls run. Give args to change them (calls that "
+                        "depend on args then run again)."),
+        "inputSchema": {"type": "object", "properties": {
+            "runId": RUN_ID, "args": {"description": "New args for the script; default: the old run's args"}},
+            "required": ["runId"], "additionalProperties": False},
+    },
+    {
         "name": "list",
         "description": "The caller's recent runs, newest first.",
         "inputSchema": {"type": "object", "properties": {
@@ -151,6 +161,14 @@ def _cancel(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any
     return {"runId": run.id, "status": "cancelling"}
 
 
+def _resume(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        run = sup.resume(caller, a["runId"], a)
+    except RunRefused as e:
+        raise ToolError(str(e)) from None
+    return {"runId": run.id, "resumedFrom": a["runId"]}
+
+
 def _list(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     runs = sup.runs_of(caller.name)
     if a.get("status"):
@@ -163,7 +181,8 @@ def _guide(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]
 
 
 HANDLERS: dict[str, Callable[[Supervisor, Caller, dict[str, Any]], dict[str, Any]]] = {
-    "run": _run, "status": _status, "result": _result, "cancel": _cancel, "list": _list, "guide": _guide,
+    "run": _run, "status": _status, "result": _result, "cancel": _cancel, "resume": _resume, "list": _list,
+    "guide": _guide,
 }
 
 

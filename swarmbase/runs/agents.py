@@ -26,7 +26,7 @@ from ..engines import claude
 from ..engines.process import parse_json_line, run_cli
 from ..prices import Tokens
 from ..runner import AgentCallError
-from . import records
+from . import journal, records
 from .agent_opts import AgentOptions, OptionError, resolve
 from .budget import BudgetSpent
 from .records import AgentRecord, Transcript, redact_value
@@ -57,10 +57,24 @@ class Agents:
         self.spawned = 0            # processes started since boot (for benches and tests)
 
     # -- the AgentService interface ---------------------------------------------
-    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Any:
-        run = live.run
+    def begin(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> tuple[int, str]:
+        """In call order: the agent's number and its journal key."""
         live.agent_count += 1
-        n = live.agent_count
+        return live.agent_count, live.keys.key(self._base_key(live, prompt, opts))
+
+    def _base_key(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> str:
+        run, caller = live.run, live.caller
+        engine = opts.get("engine", "claude")
+        model = opts.get("model")
+        if model is None:
+            model = (run.model or caller.defaultModels.claude) if engine == "claude" else caller.defaultModels.codex
+        return journal.base_key(engine=str(engine), model=model, profile=str(opts.get("profile", run.profile)),
+                                effort=opts.get("effort", run.effort), schema=opts.get("schema"),
+                                cwd=opts.get("cwd"), prompt=prompt, args_digest=journal.args_hash(run.args))
+
+    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
+        run = live.run
+        n, key = ticket if ticket is not None else self.begin(live, prompt, opts)
         if n > self.cfg.maxAgentsPerRun:
             raise AgentCallError(f"agent(): this run reached its cap of {self.cfg.maxAgentsPerRun} agents "
                                  f"(maxAgentsPerRun)")
@@ -68,6 +82,9 @@ class Agents:
             o = resolve(prompt, opts, run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs)
         except OptionError as e:
             raise AgentCallError(str(e)) from None
+        cached = live.replay.get(key)
+        if cached is not None:
+            return self._replay(live, n, o, prompt, opts, cached)
         if o.engine != "claude":
             raise AgentCallError(f"agent(): the {o.engine} engine is not available in this build")
         rec = AgentRecord(n=n, dir=self.sup.store.dir(run) / "agents" / str(n), label=o.label, engine=o.engine,
@@ -114,14 +131,42 @@ class Agents:
         if scope.cancelled_caught:
             self._settle(live, rec, o, prompt, reserved, verdict)
             self._end(live, rec, "skipped", error="skipped by an admin")
+            self._journal(live, key, rec, None)
             return None
         self._settle(live, rec, o, prompt, reserved, verdict)
         assert verdict is not None
         if verdict.ok:
+            value = redact_value(live.redact, verdict.value)
             self._end(live, rec, "done")
-            return redact_value(live.redact, verdict.value)
+            self._journal(live, key, rec, value)
+            return value
         self._end(live, rec, "failed", error=live.redact(verdict.error or "failed"))
+        self._journal(live, key, rec, None)
         return None
+
+    def _journal(self, live: "LiveRun", key: str, rec: AgentRecord, value: Any) -> None:
+        if live.journal is None:
+            return
+        live.journal.append({"key": key, "n": rec.n, "label": rec.label, "ok": rec.state == "done",
+                             "state": rec.state, "result": value, "engine": rec.engine, "model": rec.model,
+                             "costUsd": round(rec.cost_usd, 6), "estimated": rec.cost_estimated,
+                             "tokens": rec.tokens.to_json()})
+
+    def _replay(self, live: "LiveRun", n: int, o: AgentOptions, prompt: str, opts: dict[str, Any],
+                cached: dict[str, Any]) -> Any:
+        """A journaled success: no process, no spend; recorded and shown as replayed."""
+        rec = AgentRecord(n=n, dir=self.sup.store.dir(live.run) / "agents" / str(n), label=o.label,
+                          engine=o.engine, model=o.model, profile=o.profile, replayed=True)
+        rec.set_state("queued")
+        records.create(rec.dir, rec, prompt, {**opts, "replayedFrom": live.run.resumed_from})
+        live.agents[n] = rec
+        live.phase_for_agents()["agents"].append(n)
+        live.run.agents_total += 1
+        rec.started_at = rec.queued_at
+        rec.set_state("done", replayed=True, originalCostUsd=cached.get("costUsd"))
+        live.run.agents_done += 1
+        self.sup.agent_changed(live, rec)
+        return cached.get("result")
 
     def skip(self, live: "LiveRun", n: int) -> bool:
         scope = live.agent_scopes.get(n)

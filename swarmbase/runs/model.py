@@ -106,5 +106,5 @@ class Run:
             "budgetUsd": self.budget_usd, "spentUsd": round(self.spent_usd, 6),
             "spentEstimated": self.spent_estimated,
             "agents": {"done": self.agents_done, "total": self.agents_total},
-            "error": self.error, "errorLine": self.error_line,
+            "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
         }

@@ -20,7 +20,9 @@ from .. import notices
 from ..config import PROFILES, Caller, Config
 from ..outbox import Outbox
 from ..runner import AgentCallError, RunnerLimits, run_script
+from . import journal as journal_mod
 from .budget import BudgetGate, Ledger
+from .journal import Journal, KeyCounter
 from .model import Run, iso, new_run_id
 from .records import AgentRecord, Redactor, redact_value
 from .store import RunStore
@@ -36,7 +38,7 @@ class RunRefused(Exception):
 
 
 class AgentService(Protocol):
-    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Any: ...
+    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any: ...
 
 
 @attrs.define(eq=False)
@@ -56,6 +58,9 @@ class LiveRun:
     agent_scopes: dict[int, trio.CancelScope] = attrs.Factory(dict)
     redact: Redactor = attrs.Factory(Redactor)
     dirty: bool = False
+    journal: Journal | None = None
+    replay: dict[str, dict[str, Any]] = attrs.Factory(dict)    # key -> old journal entry
+    keys: KeyCounter = attrs.Factory(KeyCounter)
 
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
@@ -82,8 +87,12 @@ class _Host:
         self.sup = sup
         self.live = live
 
-    async def agent(self, prompt: str, opts: dict[str, Any]) -> Any:
-        return await self.sup.agents.call(self.live, prompt, opts)
+    def agent_begin(self, prompt: str, opts: dict[str, Any]) -> Any:
+        begin = getattr(self.sup.agents, "begin", None)
+        return begin(self.live, prompt, opts) if begin else None
+
+    async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
+        return await self.sup.agents.call(self.live, prompt, opts, ticket)
 
     def phase(self, title: str) -> None:
         self.live.phases.append({"title": title, "agents": []})
@@ -111,6 +120,7 @@ class Supervisor:
         self.cfg = cfg
         self.store = store
         self.outbox = outbox
+        (cfg.state_dir / "procs").mkdir(parents=True, exist_ok=True, mode=0o700)
         if agents is None:
             from .agents import Agents
             agents = Agents(cfg, self)
@@ -149,11 +159,27 @@ class Supervisor:
     def _keeps_work(self, run: Run) -> bool:
         return run.keep_work or not self.cfg.deleteWorkOnEnd
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED,
+                    resume: list[Run] | None = None) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            for run in resume or []:
+                self._resume_on_boot(run)
             task_status.started()
             await trio.sleep_forever()
+
+    def _resume_on_boot(self, run: Run) -> None:
+        caller = self.cfg.caller(run.caller)
+        if caller is None:
+            log.warning("not resuming %s: caller %s is no longer configured", run.id, run.caller)
+            return
+        try:
+            new = self.resume(caller, run.id, {})
+        except RunRefused as e:
+            log.warning("not resuming %s: %s", run.id, e)
+            return
+        self.record_log(run, f"resumed on boot as {new.id}")
+        log.info("resumed interrupted run %s as %s", run.id, new.id)
 
     # -- queries ----------------------------------------------------------
     def runs_of(self, caller: str) -> list[Run]:
@@ -201,7 +227,7 @@ class Supervisor:
         self.changed(run)
 
     # -- start ------------------------------------------------------------
-    def start(self, caller: Caller, params: dict[str, Any]) -> Run:
+    def start(self, caller: Caller, params: dict[str, Any], carried: journal_mod.Loaded | None = None) -> Run:
         if not self.accepting or self._nursery is None:
             raise RunRefused("the daemon is shutting down and accepts no new runs")
         profile = params.get("profile") or caller.maxProfile
@@ -228,6 +254,11 @@ class Supervisor:
         self.store.create(run, params["script"])
         self.runs[run.id] = run
         live = LiveRun(run=run, caller=caller, slots=trio.Semaphore(self.cfg.perRunConcurrency))
+        carry = list({e["key"]: e for e in carried.lines if e.get("ok")}.values()) if carried else []
+        live.journal = Journal(self.store.dir(run) / "journal.jsonl", run.id, journal_mod.args_hash(run.args), carry)
+        live.replay = dict(carried.entries) if carried else {}
+        if carried and carried.torn:
+            self.record_log(run, f"resume: {carried.torn} torn journal line(s) of {run.resumed_from} skipped", "warning")
         self.live[run.id] = live
         self._nursery.start_soon(self._run, live)
         self.changed(run)
@@ -244,7 +275,8 @@ class Supervisor:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._flush_loop, live)
                     outcome = await run_script(self.store.script(run), run.args, _Host(self, live),
-                                               self.limits, self.runner_argv)
+                                               self.limits, self.runner_argv,
+                                               record=self.cfg.state_dir / "procs" / f"{run.id}-runner.json")
                     nursery.cancel_scope.cancel()
         except Exception as e:  # a daemon bug must still end the run visibly
             log.exception("run %s crashed", run.id)
@@ -285,6 +317,22 @@ class Supervisor:
         self.live.pop(run.id, None)
         live.finished.set()
         self.changed(run)
+
+    def resume(self, caller: Caller, run_id: str, params: dict[str, Any]) -> Run:
+        """A new run of the same script; agents whose keys succeeded in the old journal replay."""
+        old = self.get(caller.name, run_id)
+        if old.active:
+            raise RunRefused(f"run {old.id} is still {old.status}; cancel it or let it end before resuming")
+        try:
+            loaded = journal_mod.load(self.store.dir(old) / "journal.jsonl")
+        except journal_mod.JournalError as e:
+            raise RunRefused(f"cannot resume {old.id}: {e}") from None
+        new_params = {"script": self.store.script(old), "args": params["args"] if "args" in params else old.args,
+                      "label": old.label, "model": old.model, "effort": old.effort, "profile": old.profile,
+                      "budgetUsd": old.budget_usd, "budgetTokens": old.budget_tokens, "keepWork": old.keep_work,
+                      "resumedFrom": old.id}
+        new_params = {k: v for k, v in new_params.items() if v is not None or k == "args"}
+        return self.start(caller, new_params, carried=loaded)
 
     # -- stop -------------------------------------------------------------
     def cancel(self, run: Run, by: str = "the caller") -> bool:

@@ -7,6 +7,8 @@ The prompt picks the behaviour:
   grandchild        start a grandchild that holds stdout open, print a result, exit
   hold              start a grandchild holding stdout, then sleep forever (a hung agent)
   noresult          print an assistant message with usage, then exit 1 without a result
+  waitfile:PATH     sleep while PATH exists, then a result
+Every start appends "<pid> <first word>" to spawns.log beside the executable.
 Use `install(dir)` to write an executable copy whose shebang is this interpreter.
 """
 
@@ -25,6 +27,8 @@ def result(text="ok", cost=0.01):
     out({"type": "result", "subtype": "success", "is_error": False, "result": text, "total_cost_usd": cost,
          "usage": {"input_tokens": 100, "output_tokens": 10}, "terminal_reason": "completed"})
 word = prompt.strip().split()[0] if prompt.strip() else "noop"
+with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "spawns.log"), "a") as log:
+    log.write(f"{os.getpid()} {word}\n")
 if word == "dump":
     st = os.fstat(0)
     import stat as S
@@ -34,6 +38,10 @@ if word == "dump":
     result("dumped")
 elif word.startswith("sleep:"):
     time.sleep(float(word.split(":")[1])); result("slept")
+elif word.startswith("waitfile:"):
+    while os.path.exists(word.split(":", 1)[1]):
+        time.sleep(0.05)
+    result("waited")
 elif word == "grandchild":
     p = subprocess.Popen(["sleep", "300"])
     open(os.path.join(os.getcwd(), f"grandchild-{os.getpid()}"), "w").write(str(p.pid))

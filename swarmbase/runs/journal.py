@@ -1,0 +1,107 @@
+"""The resume cache: one journal line per finished agent(), keyed by content.
+
+Design log:
+- Keys are built from what determines an agent's output (engine, model, profile, effort,
+  schema, cwd, prompt), a hash of the run's args, and the occurrence index among
+  identical calls, never from start order. Claude Code's own journal keyed by
+  position replayed 7 of 40 agents under parallel(); a key without the args replayed
+  stale results after the args changed (see the team's lessons notes, #12-#13).
+- The occurrence index is counted in the order the script *calls* agent() (the bridge
+  delivers calls in that order), which is deterministic for a deterministic script,
+  whatever order the agents finish in.
+- Options that only bound an agent (maxUsd, maxTokens, timeoutMs) and its label are left
+  out: a result that succeeded under one cap is the same result.
+- The first line is a header with the schema version; a version this build does not know
+  is an error, a torn last line (a crash mid-append) is counted and skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .. import fsutil
+
+SCHEMA = "swarmbase-journal"
+VERSION = 1
+
+
+class JournalError(Exception):
+    pass
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def args_hash(args: Any) -> str:
+    return hashlib.sha256(canonical(args).encode()).hexdigest()[:16]
+
+
+def base_key(*, engine: str, model: str | None, profile: str, effort: str | None, schema: Any,
+             cwd: str | None, prompt: str, args_digest: str) -> str:
+    """cwd None means the run's own work/ dir (a fresh one on resume)."""
+    material = canonical({"engine": engine, "model": model, "profile": profile, "effort": effort,
+                          "schema": schema, "cwd": cwd, "prompt": prompt, "args": args_digest})
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+class KeyCounter:
+    """Adds the occurrence index among identical calls, in call order."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    def key(self, base: str) -> str:
+        i = self._seen.get(base, 0)
+        self._seen[base] = i + 1
+        return f"{base}:{i}"
+
+
+@attrs.frozen
+class Loaded:
+    entries: dict[str, dict[str, Any]]     # key -> the last successful entry
+    lines: list[dict[str, Any]]            # every entry line, in order
+    torn: int
+
+
+def header(run_id: str, args_digest: str) -> dict[str, Any]:
+    return {"schema": SCHEMA, "v": VERSION, "runId": run_id, "args": args_digest}
+
+
+def load(path: Path) -> Loaded:
+    lines, torn = fsutil.read_lines(path)
+    if not lines:
+        return Loaded({}, [], torn)
+    head = lines[0]
+    if not (isinstance(head, dict) and head.get("schema") == SCHEMA):
+        raise JournalError(f"{path.name}: no journal header; not a SwarmBase journal")
+    if head.get("v") != VERSION:
+        raise JournalError(f"{path.name}: journal schema version {head.get('v')!r} is not supported "
+                           f"(this build reads version {VERSION})")
+    entries: dict[str, dict[str, Any]] = {}
+    body = [e for e in lines[1:] if isinstance(e, dict) and isinstance(e.get("key"), str)]
+    for e in body:
+        if e.get("ok"):
+            entries[e["key"]] = e
+    return Loaded(entries, body, torn)
+
+
+class Journal:
+    """Appends (fsync'd) to runs/<dir>/journal.jsonl."""
+
+    def __init__(self, path: Path, run_id: str, args_digest: str, carried: list[dict[str, Any]] | None = None) -> None:
+        self.path = path
+        fsutil.append_line(path, header(run_id, args_digest))
+        # Carry the old journal's successes forward so a resume of a resume replays them too.
+        for e in carried or []:
+            fsutil.append_line(path, e, durable=False)
+        if carried:
+            fsutil.fsync_file(path)
+
+    def append(self, entry: dict[str, Any]) -> None:
+        fsutil.append_line(self.path, entry)

@@ -1,0 +1,300 @@
+"""Runs that survive: journal and resume, kill -9 and restart, offline notices, torn files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from swarmbase import config
+from swarmbase.client import connect
+from swarmbase.runs import journal
+from swarmbase.runs.model import Run
+from swarmbase.runs.store import RunStore
+
+from .conftest import Env, result_of, run_to_end, start_daemon, write_config
+from .fakes import fake_claude
+from .test_agents import agent_json, fake_daemon, pid_alive
+
+
+def spawns(tmp_path: Path) -> list[str]:
+    log = tmp_path / "bin" / "spawns.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def journal_lines(env: Env, run: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (env.services.store.dir(run) / "journal.jsonl").read_text().splitlines()]
+
+
+async def resume_to_end(env: Env, run: Any, timeout: float = 60, **params: Any) -> Run:
+    sup = env.services.supervisor
+    new = sup.resume(env.cfg.caller(run.caller), run.id, params)
+    with trio.fail_after(timeout):
+        if new.id in sup.live:
+            await sup.live[new.id].finished.wait()
+    return new
+
+
+FANOUT = """
+export const meta = { name: "fan-out" };
+return await parallel(args.delays.map((d, i) => () => agent("sleep:" + d + " item " + i, { label: "a" + i })));
+"""
+
+
+async def test_parallel_fanout_of_30_finishing_shuffled_replays_30_of_30(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery, perRunConcurrency=30, maxConcurrentAgents=30)
+    # Later items finish first: completion order is the reverse of call order.
+    delays = [round(0.3 - i * 0.01, 2) for i in range(30)]
+    first = await run_to_end(env, FANOUT, args={"delays": delays})
+    assert first.status == "completed", first.error
+    ends = sorted(range(1, 31), key=lambda n: agent_json(env, first, n)["endedAt"])
+    assert ends[0] > ends[-1]                     # finished in a shuffled (reversed) order
+    before = len(spawns(tmp_path))
+    second = await resume_to_end(env, first)
+    assert second.status == "completed" and second.resumed_from == first.id
+    assert len(spawns(tmp_path)) == before        # zero processes
+    assert result_of(env, second) == result_of(env, first)
+    recs = [agent_json(env, second, n) for n in range(1, 31)]
+    assert all(r["replayed"] and r["state"] == "done" and r["costUsd"] == 0 for r in recs)
+    assert second.spent_usd == 0
+    # A resume of the resume still replays everything: the journal was copied forward.
+    third = await resume_to_end(env, second)
+    assert len(spawns(tmp_path)) == before
+    assert sum(agent_json(env, third, n)["replayed"] for n in range(1, 31)) == 30
+
+
+async def test_resume_with_changed_args_replays_nothing_that_depends_on_them(tmp_path: Path,
+                                                                             nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    script = "const a = await agent('noop fixed');\nconst b = await agent('noop about ' + args.topic);\nreturn [a, b];"
+    first = await run_to_end(env, script, args={"topic": "trio"})
+    before = len(spawns(tmp_path))
+    second = await resume_to_end(env, first, args={"topic": "anyio"})
+    assert second.args == {"topic": "anyio"}
+    # The args hash is part of every key: nothing stale replays.
+    assert [agent_json(env, second, n)["replayed"] for n in (1, 2)] == [False, False]
+    assert len(spawns(tmp_path)) == before + 2
+    # Back to the old args: both replay from the journal carried forward.
+    third = await resume_to_end(env, second, args={"topic": "trio"})
+    assert [agent_json(env, third, n)["replayed"] for n in (1, 2)] == [True, True]
+    assert len(spawns(tmp_path)) == before + 2
+
+
+async def test_failed_skipped_and_identical_calls(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    script = """
+const same = [await agent('noop twin'), await agent('noop twin')];
+const bad = await agent('noresult');
+return { same, bad };"""
+    first = await run_to_end(env, script)
+    assert result_of(env, first) == {"same": ["noop", "noop"], "bad": None}
+    keys = [e["key"] for e in journal_lines(env, first)[1:]]
+    assert keys[0].rsplit(":", 1)[0] == keys[1].rsplit(":", 1)[0] and keys[0] != keys[1]   # occurrence index
+    assert journal_lines(env, first)[0]["v"] == journal.VERSION
+    before = len(spawns(tmp_path))
+    second = await resume_to_end(env, first)
+    assert [agent_json(env, second, n)["replayed"] for n in (1, 2, 3)] == [True, True, False]
+    assert len(spawns(tmp_path)) == before + 1     # only the failed agent runs again
+
+
+async def test_torn_journal_line_is_skipped_and_reported(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    first = await run_to_end(env, "return [await agent('noop a'), await agent('noop b'), await agent('noop c')]")
+    path = env.services.store.dir(first) / "journal.jsonl"
+    raw = path.read_bytes()
+    path.write_bytes(raw[: raw.rstrip(b"\n").rfind(b"\n") + 1] + b'{"key": "torn-by-a-cra')   # the last entry torn
+    before = len(spawns(tmp_path))
+    second = await resume_to_end(env, first)
+    assert [agent_json(env, second, n)["replayed"] for n in (1, 2, 3)] == [True, True, False]
+    assert len(spawns(tmp_path)) == before + 1
+    log = [e["message"] for e in env.services.store.recent_log(second, 50)]
+    assert any("1 torn journal line(s)" in m for m in log)
+
+
+async def test_journal_of_unknown_version_refuses_resume(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    first = await run_to_end(env, "return await agent('noop')")
+    path = env.services.store.dir(first) / "journal.jsonl"
+    lines = path.read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "v": 99})
+    path.write_text("\n".join(lines) + "\n")
+    from swarmbase.runs.supervisor import RunRefused
+    with pytest.raises(RunRefused, match="schema version 99 is not supported"):
+        env.services.supervisor.resume(env.cfg.caller("alice"), first.id, {})
+
+
+async def test_resume_refuses_active_and_foreign_runs(tmp_path: Path, nursery: trio.Nursery) -> None:
+    env = await fake_daemon(tmp_path, nursery)
+    sup = env.services.supervisor
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    run = sup.start(env.cfg.caller("alice"), {"script": f"return await agent('waitfile:{hold}')"})
+    from swarmbase.runs.supervisor import RunRefused
+    with pytest.raises(RunRefused, match="still"):
+        sup.resume(env.cfg.caller("alice"), run.id, {})
+    hold.unlink()
+    with trio.fail_after(30):
+        await sup.live[run.id].finished.wait()
+
+
+async def test_fifty_notices_for_an_offline_caller_arrive_once_oldest_first(tmp_path: Path,
+                                                                            nursery: trio.Nursery) -> None:
+    path, tokens = write_config(tmp_path / "state", callers=["alice"], caller_extra={"maxActiveRuns": 50})
+    env = Env(state=tmp_path / "state", tokens=tokens, cfg=config.load(path))
+    await start_daemon(nursery, env)
+    sup = env.services.supervisor
+    runs = [sup.start(env.cfg.caller("alice"), {"script": f"return {i}"}) for i in range(50)]
+    with trio.fail_after(120):
+        for r in runs:
+            if r.id in sup.live:
+                await sup.live[r.id].finished.wait()
+        queued = [n["eventId"] for n in env.services.outbox.pending("alice")]
+        assert sorted(queued) == sorted(f"{r.id}:end" for r in runs)
+        async with connect(env.ws, tokens["alice"]) as h:
+            await h.handshake()
+            got = [(await h.notices.receive())["eventId"] for _ in range(50)]
+            await trio.sleep(0.5)
+            with pytest.raises(trio.WouldBlock):
+                h.notices.receive_nowait()
+        assert got == queued                          # oldest first, each once
+        assert env.services.outbox.pending("alice") == []
+        async with connect(env.ws, tokens["alice"]) as h:
+            await h.handshake()
+            await trio.sleep(0.5)
+            with pytest.raises(trio.WouldBlock):
+                h.notices.receive_nowait()
+
+
+def test_resume_interrupted_on_boot(tmp_path: Path) -> None:
+    path, _ = write_config(tmp_path / "s", callers=["alice"], resumeInterruptedOnBoot=True)
+    cfg = config.load(path)
+    store = RunStore(cfg.state_dir)
+    r = Run(id="run_0123456789ab", caller="alice", dir_name=RunStore.dir_name_for("run_0123456789ab", 0),
+            created_at=0, status="running", args={"x": 1}, budget_usd=5)
+    store.create(r, "return args.x + 1")
+
+    async def main() -> None:
+        env = Env(state=cfg.state_dir, tokens={}, cfg=cfg)
+        async with trio.open_nursery() as n:
+            await start_daemon(n, env)
+            sup = env.services.supervisor
+            assert sup.runs[r.id].status == "interrupted"
+            [new] = [x for x in sup.runs.values() if x.resumed_from == r.id]
+            with trio.fail_after(30):
+                if new.id in sup.live:
+                    await sup.live[new.id].finished.wait()
+            assert new.status == "completed" and result_of(env, new) == 2
+            n.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+# -- kill -9 of the real daemon ---------------------------------------------------------
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def live_pids_matching(needle: bytes) -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and needle in cmdline(int(p.name))
+            and pid_alive(int(p.name))]
+
+
+async def start_cli_daemon(cfg_path: Path) -> tuple[trio.Process, str]:
+    env = dict(os.environ, SWARMBASE_CONFIG=str(cfg_path))
+    proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=env, stderr=subprocess.PIPE)
+    buf = b""
+    while b"listening on" not in buf:
+        chunk = await proc.stderr.receive_some(4096)
+        assert chunk, buf.decode()
+        buf += chunk
+    url = re.search(rb"listening on (http://[\d.:]+)", buf).group(1).decode()
+    return proc, url.replace("http", "ws") + "/mcpl"
+
+
+@pytest.mark.timeout(180)
+async def test_kill_9_during_a_10_agent_run_then_restart(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    key = state / "alice.key"
+    key.write_text("sk-test-kill9-key")
+    key.chmod(0o600)
+    path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": str(cli)}},
+                                caller_extra={"apiKeyFile": str(key)})
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    script = ("return await parallel(Array.from({length: 10}, (_, i) => () => "
+              "agent(i < 5 ? 'noop ' + i : 'waitfile:' + args.hold + ' ' + i, { label: 'a' + i })))")
+    with trio.fail_after(150):
+        proc, ws = await start_cli_daemon(path)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                run_id = (await h.tool("run", {"script": script, "args": {"hold": str(hold)}}))["structuredContent"]["runId"]
+            run_dir = next((state / "runs").glob(f"*-{run_id}"))
+            while len(spawns(tmp_path)) < 10 or len((run_dir / "journal.jsonl").read_text().splitlines()) < 6:
+                await trio.sleep(0.05)
+            records = [json.loads(p.read_text()) for p in (state / "procs").glob("*.json")]
+            groups = [r["pgid"] for r in records]
+            assert len(groups) == 6                    # 5 waiting agents + the runner
+            proc.kill()                                # SIGKILL: no cleanup at all
+            await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+        # The agents outlive the daemon (their own sessions): only the reaper can end them.
+        assert sum(pid_alive(g) for g in groups) >= 5
+
+        proc, ws = await start_cli_daemon(path)
+        try:
+            for _ in range(100):
+                if not any(pid_alive(g) for g in groups):
+                    break
+                await trio.sleep(0.05)
+            assert not any(pid_alive(g) for g in groups)
+            assert live_pids_matching(str(cli).encode()) == []
+            assert list((state / "procs").iterdir()) == []
+            run_json = json.loads((run_dir / "run.json").read_text())
+            assert run_json["status"] == "interrupted"
+
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                notice = await h.notices.receive()
+                assert notice["eventId"] == f"{run_id}:end" and notice["tags"][-1] == "swarmbase:interrupted"
+                await trio.sleep(0.5)
+                with pytest.raises(trio.WouldBlock):
+                    h.notices.receive_nowait()         # exactly once
+                hold.unlink()
+                before = len(spawns(tmp_path))
+                new_id = (await h.tool("resume", {"runId": run_id}))["structuredContent"]["runId"]
+                done = await h.wait_notice(f"{new_id}:end")
+                assert done["tags"][-1] == "swarmbase:completed"
+                res = json.loads((await h.tool("result", {"runId": new_id}))["structuredContent"]["text"])
+            assert res == ["noop"] * 5 + ["waited"] * 5
+            # The five finished agents replayed: only the five unfinished ones spawned.
+            assert len(spawns(tmp_path)) - before == 5
+            new_dir = next((state / "runs").glob(f"*-{new_id}"))
+            replayed = [json.loads((new_dir / "agents" / str(n) / "agent.json").read_text())["replayed"]
+                        for n in range(1, 11)]
+            assert replayed == [True] * 5 + [False] * 5
+            async with connect(ws, tokens["alice"]) as h:      # nothing delivered twice
+                await h.handshake()
+                await trio.sleep(0.5)
+                with pytest.raises(trio.WouldBlock):
+                    h.notices.receive_nowait()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
