@@ -133,6 +133,7 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
                 n.cancel_scope.cancel()
         log.info("shutting down: stopping runs")
         await services.supervisor.shutdown()
+        services.outbox.flush()
         services.drain.set()
         await trio.sleep(0.1)
 

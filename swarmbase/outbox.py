@@ -18,6 +18,7 @@ log = logging.getLogger("swarmbase.outbox")
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 300.0
+REMOVE_FLUSH_S = 0.5
 
 
 def backoff_delay(attempt: int, rng: random.Random | None = None) -> float:
@@ -52,6 +53,8 @@ class Outbox:
         self.entries: list[dict[str, Any]] = []
         self.recovered_from_damage = False
         self._changed: dict[str, trio.Event] = {}
+        self._dirty = False
+        self._saved_at = 0.0
         self._load()
 
     def _load(self) -> None:
@@ -96,6 +99,8 @@ class Outbox:
 
     def _save(self) -> None:
         fsutil.write_json(self.path, {"schema": 1, "entries": self.entries})
+        self._dirty = False
+        self._saved_at = time.monotonic()
 
     def _wake(self, caller: str) -> None:
         ev = self._changed.pop(caller, None)
@@ -114,13 +119,24 @@ class Outbox:
         return [e["notice"] for e in self.entries if e["caller"] == caller]
 
     def remove(self, event_id: str) -> None:
+        """Drop an accepted notice. Removals are written at most every REMOVE_FLUSH_S (and
+        by flush()): a crash in between re-sends a few accepted notices with their same
+        eventId, which hosts answer as duplicates. Adds are always written at once."""
         before = len(self.entries)
         self.entries = [e for e in self.entries if e["notice"]["eventId"] != event_id]
         if len(self.entries) != before:
+            self._dirty = True
+            if time.monotonic() - self._saved_at >= REMOVE_FLUSH_S:
+                self.flush()
+
+    def flush(self) -> None:
+        if self._dirty:
             self._save()
 
-    async def wait_for_new(self, caller: str) -> None:
+    def changed_event(self, caller: str) -> trio.Event:
+        """Set at the caller's next add(). Take it *before* reading pending(), so an add
+        that lands in between cannot be missed."""
         ev = self._changed.get(caller)
         if ev is None:
             ev = self._changed[caller] = trio.Event()
-        await ev.wait()
+        return ev

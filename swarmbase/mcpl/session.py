@@ -70,6 +70,16 @@ class Hub:
             del self.sessions[session.caller.name]
 
 
+async def _first_of(*waits: Callable[[], Awaitable[None]]) -> None:
+    """Return when the first of these returns."""
+    async with trio.open_nursery() as n:
+        async def one(fn: Callable[[], Awaitable[None]]) -> None:
+            await fn()
+            n.cancel_scope.cancel()
+        for fn in waits:
+            n.start_soon(one, fn)
+
+
 class Session:
     def __init__(self, transport: Transport, cfg: Config, caller: Caller | None, sup: Supervisor,
                  outbox: Outbox, hub: Hub, rng: random.Random | None = None) -> None:
@@ -250,18 +260,15 @@ class Session:
         assert self.caller is not None
         attempt = 0
         while True:
+            granted = self.grant_changed
             if not self.grant.can_push:
-                await self.grant_changed.wait()
+                await granted.wait()
                 continue
+            added = self.outbox.changed_event(self.caller.name)
             pending = self.outbox.pending(self.caller.name)
             if not pending:
-                with trio.CancelScope() as scope:
-                    async with trio.open_nursery() as n:
-                        async def wake_on(fn: Callable[[], Awaitable[None]]) -> None:
-                            await fn()
-                            scope.cancel()
-                        n.start_soon(wake_on, lambda: self.outbox.wait_for_new(self.caller.name))  # type: ignore[union-attr]
-                        n.start_soon(wake_on, self.grant_changed.wait)
+                self.outbox.flush()
+                await _first_of(added.wait, granted.wait)
                 continue
             notice = pending[0]
             verdict = await self._push(notice)
