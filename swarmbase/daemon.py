@@ -70,7 +70,7 @@ class _QuartTransport:
 def make_app(services: Services) -> QuartTrio:
     from dashboard.app import register as register_dashboard
 
-    app = QuartTrio("swarmbase")
+    app = QuartTrio("swarmbase", static_folder=None)   # the dashboard serves its own assets
     app.config["RESPONSE_TIMEOUT"] = None   # SSE streams must not be cut at 60 s
     app.config["BODY_TIMEOUT"] = 60
     app.config["MAX_CONTENT_LENGTH"] = 4 * 1024 * 1024
@@ -135,6 +135,7 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
         await services.supervisor.shutdown()
         services.outbox.flush()
         services.drain.set()
+        services.supervisor.events.wake_all()   # SSE streams see the drain and end
         await trio.sleep(0.1)
 
     async with trio.open_nursery() as nursery:

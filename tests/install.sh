@@ -8,6 +8,15 @@ command -v node >/dev/null || { echo "tests/install.sh: node (20+) is required o
 command -v npm >/dev/null || { echo "tests/install.sh: npm is required on PATH" >&2; exit 1; }
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
+# Headless Chromium and its driver for the dashboard's browser tests (Debian packages).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "tests/install.sh: run as root (or: sudo apt-get install chromium chromium-driver)" >&2; exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
 CLAUDE_CODE_VERSION=2.1.328
 tools=tests/.tools
 mkdir -p "$tools"

@@ -18,6 +18,7 @@ import trio
 
 from .. import notices
 from ..config import PROFILES, Caller, Config
+from ..events import EventHub
 from ..outbox import Outbox
 from ..runner import AgentCallError, RunnerLimits, run_script
 from . import journal as journal_mod
@@ -97,6 +98,7 @@ class _Host:
     def phase(self, title: str) -> None:
         self.live.phases.append({"title": title, "agents": []})
         self.sup.store.save_phases(self.live.run, self.live.phases_view())
+        self.sup.events.publish(self.live.run.id, "phase", {"title": title})
         self.sup.record_log(self.live.run, f"phase: {title}")
 
     def log(self, message: str) -> None:
@@ -131,6 +133,7 @@ class Supervisor:
         self.live: dict[str, LiveRun] = {}
         self.accepting = True
         self.listeners: list[Callable[[Run], None]] = []
+        self.events = EventHub()
         self._nursery: trio.Nursery | None = None
 
     # -- boot -------------------------------------------------------------
@@ -204,6 +207,8 @@ class Supervisor:
         if rec.state in records.ENDED or rec.state == "queued":
             records.save(rec, durable=rec.state in records.ENDED)
         live.dirty = True
+        phase = next((p["title"] for p in live.phases if rec.n in p["agents"]), None)
+        self.events.publish(live.run.id, "agent", {**rec.row(), "phase": phase})
         self.changed(live.run)
 
     def _flush(self, live: LiveRun) -> None:
@@ -219,11 +224,16 @@ class Supervisor:
 
     # -- changes ------------------------------------------------------------
     def changed(self, run: Run) -> None:
+        row = {**run.summary(), "caller": run.caller, "createdAtEpoch": run.created_at, "endedAtEpoch": run.ended_at,
+               "resumedFrom": run.resumed_from}
+        self.events.publish(run.id, "run", row)
+        self.events.publish_list(row)
         for fn in list(self.listeners):
             fn(run)
 
     def record_log(self, run: Run, message: str, level: str = "info") -> None:
-        self.store.append_log(run, message, level)
+        entry = self.store.append_log(run, message, level)
+        self.events.publish(run.id, "log", entry)
         self.changed(run)
 
     # -- start ------------------------------------------------------------
@@ -314,6 +324,8 @@ class Supervisor:
         if not self._keeps_work(run):
             self.store.delete_work(run)
         self.outbox.add(run.caller, notices.build(run, preview))
+        if preview is not None:
+            self.events.publish(run.id, "result", {"text": preview[:100_000]})
         self.live.pop(run.id, None)
         live.finished.set()
         self.changed(run)

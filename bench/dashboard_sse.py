@@ -1,0 +1,134 @@
+"""50 SSE viewers on a run with 200 agents.
+
+    python3 bench/dashboard_sse.py [--viewers 50] [--agents 200]
+
+The daemon runs as its own process (`python -m swarmbase`) with the fake CLI as its
+claude engine. The viewers (lean SSE readers, in this process) watch the run's event stream
+while its 200 agents go through queued → running → done. For every agent event each
+viewer records arrival time minus the server's publish time (same clock, same machine).
+Prints the median and p95 delay and the daemon's CPU while they watch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from swarmbase.client import connect  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+TS = re.compile(rb'"ts":([0-9.]+)')
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+async def main(viewers: int, agents: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="sb-bench-sse-"))
+    (tmp / "bin").mkdir()
+    state = tmp / "state"
+    state.mkdir()
+    # A shell fake CLI: the Python one costs ~25 ms of CPU per start, and 200 of them on
+    # two cores would measure CPU contention rather than the event path.
+    cli = tmp / "bin" / "claude"
+    cli.write_text("#!/bin/sh\np=$(cat)\ncase \"$p\" in waitfile:*) f=${p#waitfile:}; f=${f%% *};\n"
+                   "  while [ -e \"$f\" ]; do sleep 0.05; done;;\n  *) sleep 0.05;;\nesac\n"
+                   "echo '{\"type\":\"system\",\"subtype\":\"init\",\"model\":\"m\"}'\n"
+                   "echo '{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"ok\","
+                   "\"total_cost_usd\":0.01}'\n")
+    cli.chmod(0o755)
+    key = state / "k.key"
+    key.write_text("sk-bench-000000")
+    key.chmod(0o600)
+    token = secrets.token_hex(24)
+    (state / "config.json").write_text(json.dumps({
+        "port": 0, "perRunConcurrency": 8, "maxAgentsPerRun": agents, "engines": {"claude": {"bin": str(cli)}},
+        "callers": [{"name": "b", "tokenSha256": hashlib.sha256(token.encode()).hexdigest(), "apiKeyFile": str(key),
+                     "runUsdMax": 1000}]}))
+    env = dict(os.environ, SWARMBASE_CONFIG=str(state / "config.json"))
+    proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=env, stderr=subprocess.PIPE)
+    try:
+        buf = b""
+        while b"listening on" not in buf:
+            buf += await proc.stderr.receive_some(4096)
+        url = re.search(rb"listening on (http://[\d.:]+)", buf).group(1).decode()
+        gate = tmp / "gate"
+        gate.write_text("")
+        script = (f"await agent('waitfile:{gate}', {{label: 'gate'}});\n"
+                  f"return (await parallel(Array.from({{length: {agents - 1}}}, (_, i) => () => "
+                  f"agent('work ' + i, {{maxUsd: 0.05}})))).length")
+        async with connect(url.replace("http", "ws") + "/mcpl", token) as h:
+            await h.handshake()
+            run_id = (await h.tool("run", {"script": script, "budgetUsd": 100}))["structuredContent"]["runId"]
+            delays: list[float] = []
+            counts = [0] * viewers
+            ready = trio.Semaphore(0)
+
+            host, port = url.split("//")[1].split(":")
+
+            async def viewer(i: int) -> None:
+                # A lean SSE reader (HTTP/1.0, so the body is not chunked): 50 full HTTP
+                # clients in one Python process would measure the clients, not the daemon.
+                stream = await trio.open_tcp_stream(host, int(port))
+                async with stream:
+                    await stream.send_all(f"GET /runs/{run_id}/events HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+                    ready.release()
+                    buf = b""
+                    while True:
+                        chunk = await stream.receive_some(65536)
+                        if not chunk:
+                            return
+                        now = time.time()
+                        buf += chunk
+                        *frames, buf = buf.split(b"\n\n")
+                        for f in frames:
+                            if b"event: agent" in f:
+                                delays.append(now - float(TS.search(f).group(1)))
+                                counts[i] += 1
+                            elif b"event: run" in f and b'"status":"completed"' in f:
+                                return
+
+            if True:
+                async with trio.open_nursery() as n:
+                    for i in range(viewers):
+                        n.start_soon(viewer, i)
+                    for _ in range(viewers):
+                        await ready.acquire()
+                    cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
+                    gate.unlink()
+                    await h.wait_notice(f"{run_id}:end")
+                    cpu1, t1 = cpu_seconds(proc.pid), time.perf_counter()
+        delays.sort()
+        print(f"{viewers} viewers × {agents} agents: {len(delays)} agent events received "
+              f"({min(counts)}–{max(counts)} per viewer)")
+        print(f"delay state change → viewer: median {statistics.median(delays) * 1000:.1f} ms, "
+              f"p95 {delays[int(len(delays) * 0.95)] * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms")
+        print(f"daemon CPU while watched: {(cpu1 - cpu0) / (t1 - t0) * 100:.0f}% of one core over {t1 - t0:.1f} s "
+              f"(runner, 200 agents and 50 streams)")
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--viewers", type=int, default=50)
+    p.add_argument("--agents", type=int, default=200)
+    a = p.parse_args()
+    trio.run(main, a.viewers, a.agents)
