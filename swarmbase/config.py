@@ -274,6 +274,22 @@ def _check_key_file(path: str, where: str) -> None:
 
 
 def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
+    engines = cfg.engines
+    if engines.claude is not None:
+        engines = attrs.evolve(engines, claude=attrs.evolve(
+            engines.claude, bin=resolve_bin(engines.claude.bin, "engines.claude.bin", search_path)))
+    if engines.codex is not None and not engines.codex.baseUrl:
+        # The spec: omit baseUrl to leave the engine off.
+        engines = attrs.evolve(engines, codex=None)
+    if engines.codex is not None:
+        cx = engines.codex
+        if cx.sandbox == "bwrap" and not shutil.which("bwrap", path=search_path):
+            raise ConfigError('engines.codex.sandbox: "bwrap" is configured but bubblewrap is not installed; '
+                              'install it (Debian/Ubuntu: apt-get install bubblewrap) or set "sandbox": "none"')
+        if cx.maxTokensDefault > cx.maxTokensMax:
+            raise ConfigError(f"engines.codex.maxTokensDefault: {cx.maxTokensDefault} is above maxTokensMax {cx.maxTokensMax}")
+        engines = attrs.evolve(engines, codex=attrs.evolve(
+            cx, bin=resolve_bin(cx.bin, "engines.codex.bin", search_path)))
     names: dict[str, int] = {}
     hashes: dict[str, int] = {}
     callers = []
@@ -301,21 +317,11 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
             roots.append(os.path.realpath(r))
         allowed = c.engines
         if allowed is None:
-            allowed = [e for e in ENGINES if getattr(cfg.engines, e) is not None]
+            allowed = [e for e in ENGINES if getattr(engines, e) is not None]
         for j, e in enumerate(allowed):
-            if getattr(cfg.engines, e) is None:
+            if getattr(engines, e) is None:
                 raise ConfigError(f"{where}.engines[{j}]: engine {e!r} is not configured under engines")
         callers.append(attrs.evolve(c, apiKeyFile=key_file, cwdRoots=roots, engines=list(allowed)))
-    engines = cfg.engines
-    if engines.claude is not None:
-        engines = attrs.evolve(engines, claude=attrs.evolve(
-            engines.claude, bin=resolve_bin(engines.claude.bin, "engines.claude.bin", search_path)))
-    if engines.codex is not None:
-        cx = engines.codex
-        if cx.maxTokensDefault > cx.maxTokensMax:
-            raise ConfigError(f"engines.codex.maxTokensDefault: {cx.maxTokensDefault} is above maxTokensMax {cx.maxTokensMax}")
-        engines = attrs.evolve(engines, codex=attrs.evolve(
-            cx, bin=resolve_bin(cx.bin, "engines.codex.bin", search_path)))
     return attrs.evolve(cfg, callers=callers, engines=engines)
 
 

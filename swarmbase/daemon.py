@@ -23,6 +23,7 @@ from quart import Response, websocket
 from quart_trio import QuartTrio
 
 from .config import Config
+from .engines.meter import Meter
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
 from .outbox import Outbox
 from .runner import RunnerLimits
@@ -39,6 +40,7 @@ class Services:
     outbox: Outbox
     supervisor: Supervisor
     hub: Hub
+    meter: Meter | None = None
     drain: trio.Event = attrs.Factory(trio.Event)
 
 
@@ -46,8 +48,9 @@ def build_services(cfg: Config, agents: AgentService | None = None,
                    limits: RunnerLimits | None = None) -> Services:
     store = RunStore(cfg.state_dir)
     outbox = Outbox(cfg.state_dir / "outbox.json")
-    sup = Supervisor(cfg, store, outbox, agents=agents, limits=limits)
-    return Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub())
+    meter = Meter() if cfg.engines.codex is not None else None
+    sup = Supervisor(cfg, store, outbox, agents=agents, limits=limits, meter=meter)
+    return Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter)
 
 
 class _QuartTransport:
@@ -139,6 +142,8 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
         await trio.sleep(0.1)
 
     async with trio.open_nursery() as nursery:
+        if services.meter is not None:
+            await nursery.start(serve_meter, services.meter)
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
         await nursery.start(partial(services.supervisor.serve, resume=resume))
         async with trio.open_nursery() as web:
@@ -147,6 +152,20 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
             task_status.started((url, services))
         # Hypercorn returned after the drain; the supervisor has no runs left.
         nursery.cancel_scope.cancel()
+
+
+async def serve_meter(meter: Meter, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """The codex usage meter: its own loopback port (plain HTTP; agents reach it by URL)."""
+    hc = hypercorn.config.Config()
+    hc.bind = ["127.0.0.1:0"]
+    hc.accesslog = None
+    hc.errorlog = None
+    hc.graceful_timeout = 0.5
+    hc.keep_alive_timeout = 60
+    async with trio.open_nursery() as n:
+        binds = await n.start(partial(hypercorn.trio.serve, meter, hc))
+        meter.url = binds[0]
+        task_status.started()
 
 
 def print_ready(url: str, cfg: Config, out: Any = sys.stderr) -> None:

@@ -8,22 +8,27 @@ command -v node >/dev/null || { echo "tests/install.sh: node (20+) is required o
 command -v npm >/dev/null || { echo "tests/install.sh: npm is required on PATH" >&2; exit 1; }
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
-# Headless Chromium and its driver for the dashboard's browser tests (Debian packages).
-if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+# Debian packages: headless Chromium and its driver (dashboard browser tests) and
+# bubblewrap (the codex engine's outer sandbox).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null || ! command -v bwrap >/dev/null; then
   if [ "$(id -u)" != 0 ]; then
-    echo "tests/install.sh: run as root (or: sudo apt-get install chromium chromium-driver)" >&2; exit 1
+    echo "tests/install.sh: run as root (or: sudo apt-get install chromium chromium-driver bubblewrap)" >&2; exit 1
   fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver bubblewrap >/dev/null
 fi
 
+# The real agent CLIs, pinned, in one npm install (a second --no-save install would prune
+# the first). Both ship native binaries as optional platform packages: keep optionals on.
 CLAUDE_CODE_VERSION=2.1.328
+CODEX_VERSION=0.169.0
 tools=tests/.tools
 mkdir -p "$tools"
-have=$("$tools/node_modules/.bin/claude" --version 2>/dev/null | cut -d' ' -f1 || true)
-if [ "$have" != "$CLAUDE_CODE_VERSION" ]; then
-  # The CLI ships its native binary as an optional platform dependency: keep optionals on.
+have_claude=$("$tools/node_modules/.bin/claude" --version 2>/dev/null | cut -d' ' -f1 || true)
+have_codex=$("$tools/node_modules/.bin/codex" --version 2>/dev/null | cut -d' ' -f2 || true)
+if [ "$have_claude" != "$CLAUDE_CODE_VERSION" ] || [ "$have_codex" != "$CODEX_VERSION" ]; then
   (cd "$tools" && npm install --no-audit --no-fund --loglevel=error --no-save \
-      "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION")
+      "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" "@openai/codex@$CODEX_VERSION")
 fi
 "$tools/node_modules/.bin/claude" --version
+"$tools/node_modules/.bin/codex" --version

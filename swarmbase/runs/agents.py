@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+import attrs
+
 from .. import prices
 from ..config import Config
-from ..engines import claude
+from ..engines import claude, codex, codex_run
+from ..engines.strict_schema import StrictSchemaError, strict
 from ..engines.process import parse_json_line, run_cli
 from ..prices import Tokens
 from ..runner import AgentCallError
@@ -46,9 +49,10 @@ def is_cancellation(exc: BaseException) -> bool:
 
 
 class Agents:
-    def __init__(self, cfg: Config, sup: "Supervisor") -> None:
+    def __init__(self, cfg: Config, sup: "Supervisor", meter: Any = None) -> None:
         self.cfg = cfg
         self.sup = sup
+        self.meter = meter          # the codex engine's usage meter, when it runs
         self.global_slots = trio.Semaphore(cfg.maxConcurrentAgents)
         self.homes = cfg.state_dir / "homes"
         self.procs = cfg.state_dir / "procs"
@@ -85,8 +89,17 @@ class Agents:
         cached = live.replay.get(key)
         if cached is not None:
             return self._replay(live, n, o, prompt, opts, cached)
-        if o.engine != "claude":
-            raise AgentCallError(f"agent(): the {o.engine} engine is not available in this build")
+        max_tokens = 0
+        if o.engine == "codex":
+            try:
+                o = attrs.evolve(o, schema=strict(o.schema)) if o.schema is not None else o
+            except StrictSchemaError as e:
+                raise AgentCallError(str(e)) from None
+            cx = self.cfg.engines.codex
+            assert cx is not None
+            max_tokens = min(o.max_tokens or cx.maxTokensDefault, cx.maxTokensMax)
+            if self.meter is None:
+                raise AgentCallError("agent(): the codex engine's meter is not running")
         rec = AgentRecord(n=n, dir=self.sup.store.dir(run) / "agents" / str(n), label=o.label, engine=o.engine,
                           model=o.model, profile=o.profile)
         rec.set_state("queued")
@@ -101,6 +114,7 @@ class Agents:
         scope = trio.CancelScope()
         live.agent_scopes[n] = scope
         reserved = 0.0
+        reserved_tokens = 0
         verdict: claude.Verdict | None = None
         try:
             with scope:
@@ -108,17 +122,22 @@ class Agents:
                     cap = o.max_usd if o.max_usd is not None else max(0.50, run.budget_usd / 8)
                     try:
                         reserved = await live.usd.reserve(cap)
+                        if o.engine == "codex":
+                            reserved_tokens = int(await live.tokens.reserve(max_tokens))
                     except BudgetSpent as e:
                         self._end(live, rec, "failed", error=str(e))
                         raise AgentCallError(f"agent(): {e}") from None
                     async with self.global_slots:
-                        verdict = await self._run_claude(live, rec, o, prompt, reserved)
+                        if o.engine == "codex":
+                            verdict = await self._run_codex(live, rec, o, prompt, reserved, reserved_tokens)
+                        else:
+                            verdict = await self._run_claude(live, rec, o, prompt, reserved)
         except BaseException as exc:
             # Run cancel or shutdown (Cancelled, often grouped by nurseries) or a daemon
             # bug: either way the agent is over; charge it and say so, then re-raise.
             with trio.CancelScope(shield=True):
                 if rec.state not in records.ENDED:
-                    self._settle(live, rec, o, prompt, reserved, verdict)
+                    self._settle(live, rec, o, prompt, reserved, verdict, reserved_tokens)
                     if is_cancellation(exc):
                         self._end(live, rec, "cancelled", error=f"cancelled with the run ({live.stop_reason or 'cancel'})")
                     elif isinstance(exc, AgentCallError):
@@ -129,11 +148,11 @@ class Agents:
         finally:
             live.agent_scopes.pop(n, None)
         if scope.cancelled_caught:
-            self._settle(live, rec, o, prompt, reserved, verdict)
+            self._settle(live, rec, o, prompt, reserved, verdict, reserved_tokens)
             self._end(live, rec, "skipped", error="skipped by an admin")
             self._journal(live, key, rec, None)
             return None
-        self._settle(live, rec, o, prompt, reserved, verdict)
+        self._settle(live, rec, o, prompt, reserved, verdict, reserved_tokens)
         assert verdict is not None
         if verdict.ok:
             value = redact_value(live.redact, verdict.value)
@@ -230,6 +249,23 @@ class Agents:
                 f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); the agent was killed"))
         return verdict
 
+    async def _run_codex(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str,
+                         reserved: float, reserved_tokens: int) -> claude.Verdict:
+        assert self.meter is not None and self.cfg.engines.codex is not None
+        key = self._read_key(live)
+        live.redact.add(key)
+        cwd = o.cwd or str(self.sup.store.work_dir(live.run))
+        os.makedirs(cwd, exist_ok=True)
+        rec.set_state("running")
+        self.sup.agent_changed(live, rec)
+        self.spawned += 1
+        return await codex_run.run(
+            cfg=self.cfg, meter=self.meter, live=live, rec=rec, opts=o, cwd=cwd, gateway_token=key,
+            max_usd=reserved, max_tokens=reserved_tokens,
+            home=codex.codex_homes_dir(self.cfg.state_dir) / f"{live.run.id}-{rec.n}",
+            record=self.procs / f"{live.run.id}-{rec.n}.json", transcript=Transcript(rec.dir / "transcript.jsonl",
+                                                                                     live.redact))
+
     def _read_key(self, live: "LiveRun") -> str:
         path = live.caller.apiKeyFile
         if not path:
@@ -244,10 +280,23 @@ class Agents:
 
     # -- settling and recording ---------------------------------------------------
     def _settle(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str, reserved: float,
-                verdict: claude.Verdict | None) -> None:
+                verdict: claude.Verdict | None, reserved_tokens: int = 0) -> None:
         if rec.started_at is None:
             if reserved:
                 live.usd.settle(reserved, 0.0)   # never started: nothing used
+            if reserved_tokens:
+                live.tokens.settle(reserved_tokens, 0)
+            return
+        if o.engine == "codex":
+            if verdict is None:               # killed: what the meter booked
+                verdict = codex_run.metered_verdict(rec.meter, rec.stream)
+            rec.cost_usd = verdict.cost_usd or 0.0
+            rec.cost_estimated = not verdict.tokens_exact
+            rec.tokens = verdict.tokens
+            live.usd.settle(reserved, rec.cost_usd)
+            live.tokens.settle(reserved_tokens, verdict.tokens.total)
+            live.run.spent_usd = live.usd.ledger.spent
+            live.run.spent_estimated = live.run.spent_estimated or rec.cost_estimated
             return
         if verdict is None:
             verdict = claude.judge(rec.stream, o.schema) if rec.stream is not None else claude.Verdict(ok=False)

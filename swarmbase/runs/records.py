@@ -62,6 +62,7 @@ class AgentRecord:
     replayed: bool = False
     queued_at: float = attrs.Factory(time.time)
     stream: Any = attrs.field(default=None, repr=False)   # the engine's stream state, for settling a kill
+    meter: Any = attrs.field(default=None, repr=False)    # a codex agent's meter entry
 
     def set_state(self, state: str, **detail: Any) -> None:
         assert state in AGENT_STATES, state

@@ -32,6 +32,7 @@ log = logging.getLogger("swarmbase.supervisor")
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 FLUSH_INTERVAL_S = 0.25
+TOKEN_MINIMUM = 1_000     # a codex agent that cannot reserve this many tokens waits or fails
 
 
 class RunRefused(Exception):
@@ -63,12 +64,16 @@ class LiveRun:
     replay: dict[str, dict[str, Any]] = attrs.Factory(dict)    # key -> old journal entry
     keys: KeyCounter = attrs.Factory(KeyCounter)
 
+    tokens: BudgetGate = attrs.field(default=None)
+
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
             self.usd = BudgetGate(Ledger(total=self.run.budget_usd, spent=self.run.spent_usd))
+        if self.tokens is None:
+            self.tokens = BudgetGate(Ledger(total=float(self.run.budget_tokens), minimum=TOKEN_MINIMUM), what="tokens")
 
     def budget_view(self) -> dict[str, Any]:
-        return self.usd.ledger.view()
+        return {**self.usd.ledger.view(), "tokens": self.tokens.ledger.view()}
 
     def phase_for_agents(self) -> dict[str, Any]:
         """The current phase; agents started before any phase() go to an implicit 'main'."""
@@ -118,14 +123,14 @@ class _Host:
 class Supervisor:
     def __init__(self, cfg: Config, store: RunStore, outbox: Outbox,
                  agents: AgentService | None = None, limits: RunnerLimits | None = None,
-                 runner_argv: list[str] | None = None) -> None:
+                 runner_argv: list[str] | None = None, meter: Any = None) -> None:
         self.cfg = cfg
         self.store = store
         self.outbox = outbox
         (cfg.state_dir / "procs").mkdir(parents=True, exist_ok=True, mode=0o700)
         if agents is None:
             from .agents import Agents
-            agents = Agents(cfg, self)
+            agents = Agents(cfg, self, meter)
         self.agents = agents
         self.limits = limits or RunnerLimits(slice_ms=cfg.scriptSliceMs)
         self.runner_argv = runner_argv
@@ -144,8 +149,10 @@ class Supervisor:
         reaped = reap_recorded_groups(self.cfg.state_dir / "procs")
         if reaped:
             log.warning("reaped %d agent process groups left by an unclean stop", len(reaped))
-        # Throwaway agent homes of runs that did not end cleanly.
+        # Throwaway agent homes (and codex CODEX_HOMEs) of runs that did not end cleanly.
+        from ..engines.codex import codex_homes_dir
         shutil.rmtree(self.cfg.state_dir / "homes", ignore_errors=True)
+        shutil.rmtree(codex_homes_dir(self.cfg.state_dir), ignore_errors=True)
         interrupted = []
         for run in self.store.load_all():
             self.runs[run.id] = run
