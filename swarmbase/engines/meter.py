@@ -38,6 +38,8 @@ CERT_HINT = ("meter: upstream unable to verify the first certificate — if engi
              "private CA, start the daemon with NODE_EXTRA_CA_CERTS=<ca.pem>")
 PASS_HEADERS = ("originator", "user-agent", "session-id", "thread-id", "x-client-request-id",
                 "x-codex-turn-metadata", "x-codex-beta-features", "x-codex-window-id", "openai-beta")
+DELTA_PREFIX = b"event: response.output_text.delta\n"
+DELTA_OVERHEAD = 160             # the JSON around a delta's text, roughly; estimates only
 USAGE_RE = re.compile(rb'"usage"\s*:\s*(\{(?:[^{}]|\{[^{}]*\})*\})')
 
 
@@ -270,6 +272,10 @@ class Meter:
         saw_usage = False
         async for chunk in resp.aiter_raw():
             for whole, tail in scanner.feed(chunk):
+                if whole is not None and whole.startswith(DELTA_PREFIX):
+                    # The hot path: count a text delta by its size, without decoding JSON.
+                    out_chars += max(0, len(whole) - DELTA_OVERHEAD)
+                    continue
                 data = event_data(whole) if whole is not None else None
                 kind = data.get("type") if isinstance(data, dict) else None
                 if kind == "response.output_text.delta" and isinstance(data.get("delta"), str):
