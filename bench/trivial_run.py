@@ -61,7 +61,7 @@ async def main(runs: int) -> None:
         lat = []
         async with connect(url.replace("http", "ws") + "/mcpl", token) as h:
             await h.handshake()
-            for i in range(3):  # warm-up
+            for _ in range(3):  # warm-up
                 rid = (await h.tool("run", {"script": "return 1"}))["structuredContent"]["runId"]
                 await h.wait_notice(f"{rid}:end")
             for i in range(runs):

@@ -4,7 +4,6 @@ Anthropic Messages API on loopback. These must not skip: a missing CLI fails the
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from pathlib import Path
 from typing import Any

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -115,17 +114,12 @@ def test_add_caller(tmp_path: Path) -> None:
 
 async def test_sigterm_drains_interrupts_runs_and_kills_runner(tmp_path: Path) -> None:
     path, tokens = write_config(tmp_path / "s", callers=["alice"], scriptSliceMs=600_000)
-    proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=cli_env(path),
-                                            stderr=subprocess.PIPE)
+    from .test_durability import start_cli_daemon
+    with trio.fail_after(60):
+        proc, ws = await start_cli_daemon(path, cli_env(path))
     try:
         with trio.fail_after(60):
-            buf = b""
-            while b"listening on" not in buf:
-                chunk = await proc.stderr.receive_some(4096)
-                assert chunk, buf.decode()
-                buf += chunk
-            url = re.search(rb"listening on (http://[\d.:]+)", buf).group(1).decode()
-            async with connect(url.replace("http", "ws") + "/mcpl", tokens["alice"]) as h:
+            async with connect(ws, tokens["alice"]) as h:
                 await h.handshake()
                 run_id = (await h.tool("run", {"script": "let i = 0; while (true) { i++; }"}))["structuredContent"]["runId"]
                 while not (runners := [p for p in child_pids(proc.pid) if b"runner.mjs" in

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from .conftest import Env, result_of, run_to_end
+from .conftest import Env, run_to_end
 from .test_agents import fake_daemon
 
 ADMIN = "admin@example.com"

@@ -52,11 +52,11 @@ return await parallel(args.delays.map((d, i) => () => agent("sleep:" + d + " ite
 async def test_parallel_fanout_of_30_finishing_shuffled_replays_30_of_30(tmp_path: Path, nursery: trio.Nursery) -> None:
     env = await fake_daemon(tmp_path, nursery, perRunConcurrency=30, maxConcurrentAgents=30)
     # Later items finish first: completion order is the reverse of call order.
-    delays = [round(0.3 - i * 0.01, 2) for i in range(30)]
+    delays = [round(0.6 - i * 0.02, 2) for i in range(30)]
     first = await run_to_end(env, FANOUT, args={"delays": delays})
     assert first.status == "completed", first.error
     ends = sorted(range(1, 31), key=lambda n: agent_json(env, first, n)["endedAt"])
-    assert ends[0] > ends[-1]                     # finished in a shuffled (reversed) order
+    assert ends != list(range(1, 31))             # they did not finish in call order
     before = len(spawns(tmp_path))
     second = await resume_to_end(env, first)
     assert second.status == "completed" and second.resumed_from == first.id
@@ -211,8 +211,9 @@ def live_pids_matching(needle: bytes) -> list[int]:
             and pid_alive(int(p.name))]
 
 
-async def start_cli_daemon(cfg_path: Path) -> tuple[trio.Process, str]:
-    env = dict(os.environ, SWARMBASE_CONFIG=str(cfg_path))
+async def start_cli_daemon(cfg_path: Path, env: dict[str, str] | None = None) -> tuple[trio.Process, str]:
+    """`python -m swarmbase` on this config; returns the process and its MCPL URL."""
+    env = dict(env or os.environ, SWARMBASE_CONFIG=str(cfg_path))
     proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=env, stderr=subprocess.PIPE)
     buf = b""
     while b"listening on" not in buf:

@@ -8,7 +8,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from swarmbase.client import HostClient, RpcFailure, connect
+from swarmbase.client import RpcFailure, connect
 
 from .conftest import Env
 

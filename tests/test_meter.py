@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 from functools import partial
 from pathlib import Path
@@ -12,7 +11,6 @@ from typing import Any
 import httpx
 import hypercorn.config
 import hypercorn.trio
-import pytest
 import trio
 
 from swarmbase.daemon import serve_meter

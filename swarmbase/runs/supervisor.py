@@ -20,7 +20,7 @@ from .. import notices
 from ..config import PROFILES, Caller, Config
 from ..events import EventHub
 from ..outbox import Outbox
-from ..runner import AgentCallError, RunnerLimits, run_script
+from ..runner import RunnerLimits, run_script
 from . import journal as journal_mod
 from .budget import BudgetGate, Ledger
 from .journal import Journal, KeyCounter

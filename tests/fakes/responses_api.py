@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import json
 import re
-from functools import partial
 from typing import Any, AsyncIterator
 
 import attrs
-import hypercorn.config
-import hypercorn.trio
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
+
+from .serving import serve_on_loopback
 
 USAGE = {"input_tokens": 1000, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 100,
          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 1100}
@@ -146,12 +145,6 @@ class FakeResponses:
         return resp
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        cfg = hypercorn.config.Config()
-        cfg.bind = ["127.0.0.1:0"]
-        cfg.accesslog = None
-        cfg.errorlog = None
-        cfg.graceful_timeout = 0.1
         async with trio.open_nursery() as n:
-            binds = await n.start(partial(hypercorn.trio.serve, self.app(), cfg))
-            self.url = binds[0]
+            self.url = await n.start(serve_on_loopback, self.app())
             task_status.started(self)
