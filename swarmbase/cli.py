@@ -20,6 +20,11 @@ def _serve() -> int:
     except config.ConfigError as e:
         print(f"swarmbase: bad config: {e}", file=sys.stderr)
         return 2
+    import shutil
+    if not shutil.which("node"):
+        print("swarmbase: cannot start: node (20 or newer) must be on PATH; scripts run in a Node child process",
+              file=sys.stderr)
+        return 2
 
     async def main() -> None:
         async with trio.open_nursery() as n:

@@ -89,6 +89,8 @@ class _Bridge:
         self.outcome: ScriptOutcome | None = None
         self.last_pong = trio.current_time()
         self.done = trio.Event()
+        self.stderr_tail = b""
+        self.stderr_done = trio.Event()
 
     async def send(self, msg: dict[str, Any]) -> None:
         data = (json.dumps(msg, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
@@ -148,8 +150,25 @@ class _Bridge:
                                               line=line if isinstance(line, int) else None,
                                               watchdog=bool(msg.get("watchdog"))))
                 return
-        reason = "the script's output line was too long" if reader.overflowed else "the script runner exited unexpectedly"
+        if reader.overflowed:
+            reason = "the script's output line was too long"
+        else:
+            await self.stderr_done.wait()
+            detail = self.stderr_tail.decode("utf-8", "replace").strip().splitlines()[-3:]
+            reason = "the script runner exited unexpectedly" + (": " + " | ".join(detail) if detail else "")
         self.finish(ScriptOutcome(ok=False, error=reason))
+
+    async def read_stderr(self) -> None:
+        """Keep the last few KB of the runner's stderr, to explain a crash."""
+        assert self.proc.stderr is not None
+        try:
+            while True:
+                chunk = await self.proc.stderr.receive_some(4096)
+                if not chunk:
+                    return
+                self.stderr_tail = (self.stderr_tail + chunk)[-4096:]
+        finally:
+            self.stderr_done.set()
 
     async def ping_loop(self) -> None:
         n = 0
@@ -172,11 +191,12 @@ async def run_script(script: str, args: Any, host: ScriptHost, limits: RunnerLim
     """Run one script to its end. Cancelling the caller kills the runner's whole group.
     `record` (optional) gets the group's pgid and start time for the boot reaper."""
     async with group_process(argv or node_argv(), env=RUNNER_ENV, stdin=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, grace=0.5) as proc:
+                             stderr=subprocess.PIPE, grace=0.5) as proc:
         with recorded(record, proc.pid):
             bridge = _Bridge(proc, host, limits)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(bridge.read_loop, nursery)
+                nursery.start_soon(bridge.read_stderr)
                 nursery.start_soon(bridge.ping_loop)
                 try:
                     await bridge.send({"t": "start", "script": script, "args": args,

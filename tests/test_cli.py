@@ -138,3 +138,31 @@ async def test_sigterm_drains_interrupts_runs_and_kills_runner(tmp_path: Path) -
     outbox = json.loads((tmp_path / "s" / "outbox.json").read_text())
     assert [e["notice"]["eventId"] for e in outbox["entries"]] == [f"{run_id}:end"]
     assert outbox["entries"][0]["notice"]["tags"][-1] == "swarmbase:interrupted"
+
+
+async def test_minimal_host_client_waits_for_the_end_notice(tmp_path: Path) -> None:
+    from .test_durability import start_cli_daemon
+    with socket.socket() as s:                       # a free port the client can find in the config
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path, _ = write_config(tmp_path / "s", callers=["alice"], port=port)
+    with trio.fail_after(60):
+        proc, _ws = await start_cli_daemon(path, cli_env(path))
+    try:
+        args = [sys.executable, "-m", "swarmbase.client", "alice", "run",
+                json.dumps({"script": "phase('p');\nreturn 6 * 7", "label": "from the client"}), "--wait"]
+        out = await trio.run_process(args, env=cli_env(path), capture_stdout=True, capture_stderr=True, check=False)
+        assert out.returncode == 0, out.stderr.decode()
+        text = out.stdout.decode()
+        run_id = json.loads(text[: text.index("}") + 1])["runId"]
+        assert f'"eventId": "{run_id}:end"' in text and "swarmbase:completed" in text and "42" in text
+        bad = await trio.run_process([sys.executable, "-m", "swarmbase.client", "alice", "status", "{not json"],
+                                     env=cli_env(path), capture_stdout=True, capture_stderr=True, check=False)
+        assert bad.returncode == 2 and b"not valid JSON" in bad.stderr
+        refused = await trio.run_process([sys.executable, "-m", "swarmbase.client", "alice", "status",
+                                          json.dumps({"runId": "run_000000000000"})],
+                                         env=cli_env(path), capture_stdout=True, capture_stderr=True, check=False)
+        assert refused.returncode == 1 and b"no run" in refused.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await proc.wait()

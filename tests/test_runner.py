@@ -254,3 +254,11 @@ async def test_runner_permission_model_denies_fs_and_children() -> None:
     verdicts, envkeys = out.stdout.split()
     assert verdicts == "ERR_ACCESS_DENIED,ERR_ACCESS_DENIED,ERR_ACCESS_DENIED,ERR_ACCESS_DENIED"
     assert envkeys == "LANG,TZ"
+
+
+async def test_runner_crash_is_explained_from_its_stderr() -> None:
+    argv = ["python3", "-c", "import sys; sys.stderr.write('node: bad option --experimental-permission\\n'); sys.exit(9)"]
+    with trio.fail_after(20):
+        out = await run_script("return 1", None, Host(), RunnerLimits(), argv=argv)
+    assert not out.ok
+    assert out.error == "the script runner exited unexpectedly: node: bad option --experimental-permission"

@@ -204,8 +204,13 @@ def test_boot_recovery_marks_interrupted_and_sweeps_work(env: Env) -> None:
         store.create(r, "return 1")
         runs[name] = r
     from swarmbase.daemon import build_services
+    from swarmbase.engines.codex import codex_homes_dir
+    leftovers = [env.state / "homes" / f"{runs['left'].id}-1", codex_homes_dir(env.state) / f"{runs['left'].id}-2"]
+    for d in leftovers:
+        d.mkdir(parents=True)
     services = build_services(env.cfg)
     interrupted = services.supervisor.recover()
+    assert not any(d.exists() for d in leftovers)      # throwaway agent homes and CODEX_HOMEs are gone
     assert [r.id for r in interrupted] == [runs["left"].id]
     assert services.supervisor.runs[runs["left"].id].status == "interrupted"
     assert [n["eventId"] for n in services.outbox.pending("alice")] == [f"{runs['left'].id}:end"]
