@@ -212,7 +212,8 @@ class Supervisor:
         on the run's next flush (they are rewritten whole; per change would be O(n²))."""
         from . import records
         if rec.state in records.ENDED or rec.state == "queued":
-            records.save(rec, durable=rec.state in records.ENDED)
+            # A replayed agent's truth is the journal line it came from: no fsync for it.
+            records.save(rec, durable=rec.state in records.ENDED and not rec.replayed)
         live.dirty = True
         phase = next((p["title"] for p in live.phases if rec.n in p["agents"]), None)
         self.events.publish(live.run.id, "agent", {**rec.row(), "phase": phase})
