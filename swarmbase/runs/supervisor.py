@@ -248,7 +248,8 @@ class Supervisor:
     def start(self, caller: Caller, params: dict[str, Any], carried: journal_mod.Loaded | None = None) -> Run:
         if not self.accepting or self._nursery is None:
             raise RunRefused("the daemon is shutting down and accepts no new runs")
-        profile = params.get("profile") or caller.maxProfile
+        # Least privilege unless asked: read (or think, if that is all the caller may use).
+        profile = params.get("profile") or PROFILES[min(PROFILES.index("read"), PROFILES.index(caller.maxProfile))]
         if PROFILES.index(profile) > PROFILES.index(caller.maxProfile):
             raise RunRefused(f"profile {profile!r} is above this caller's maxProfile {caller.maxProfile!r}")
         budget_usd = float(params.get("budgetUsd", caller.runUsdDefault))
