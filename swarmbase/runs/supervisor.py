@@ -22,6 +22,7 @@ from ..events import EventHub
 from ..outbox import Outbox
 from ..runner import RunnerLimits, run_script
 from . import journal as journal_mod
+from .agent_opts import EFFORTS  # noqa: F401  (re-exported for the tool schemas)
 from .budget import BudgetGate, Ledger
 from .journal import Journal, KeyCounter
 from .model import Run, iso, new_run_id
@@ -30,7 +31,6 @@ from .store import RunStore
 
 log = logging.getLogger("swarmbase.supervisor")
 
-EFFORTS = ("low", "medium", "high", "xhigh", "max")
 FLUSH_INTERVAL_S = 0.25
 TOKEN_MINIMUM = 1_000     # a codex agent that cannot reserve this many tokens waits or fails
 
@@ -63,8 +63,7 @@ class LiveRun:
     journal: Journal | None = None
     replay: dict[str, dict[str, Any]] = attrs.Factory(dict)    # key -> old journal entry
     keys: KeyCounter = attrs.Factory(KeyCounter)
-
-    tokens: BudgetGate = attrs.field(default=None)
+    tokens: BudgetGate = attrs.field(default=None)     # the codex token budget
 
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
