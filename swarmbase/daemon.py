@@ -154,17 +154,24 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
         nursery.cancel_scope.cancel()
 
 
-async def serve_meter(meter: Meter, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """The codex usage meter: its own loopback port (plain HTTP; agents reach it by URL)."""
+async def serve_on_loopback(app: Any, *, graceful: float = 0.5,
+                            task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve an ASGI app on 127.0.0.1:<free port>; task_status gets its base URL."""
     hc = hypercorn.config.Config()
     hc.bind = ["127.0.0.1:0"]
     hc.accesslog = None
     hc.errorlog = None
-    hc.graceful_timeout = 0.5
+    hc.graceful_timeout = graceful
     hc.keep_alive_timeout = 60
     async with trio.open_nursery() as n:
-        binds = await n.start(partial(hypercorn.trio.serve, meter, hc))
-        meter.url = binds[0]
+        binds = await n.start(partial(hypercorn.trio.serve, app, hc))
+        task_status.started(binds[0])
+
+
+async def serve_meter(meter: Meter, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """The codex usage meter: its own loopback port (plain HTTP; agents reach it by URL)."""
+    async with trio.open_nursery() as n:
+        meter.url = await n.start(serve_on_loopback, meter)
         task_status.started()
 
 

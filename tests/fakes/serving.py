@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-import hypercorn.config
-import hypercorn.trio
 import trio
+
+from swarmbase.daemon import serve_on_loopback as _serve
 
 
 async def serve_on_loopback(app: Any, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve `app` on 127.0.0.1:<free port>; task_status gets the base URL."""
-    cfg = hypercorn.config.Config()
-    cfg.bind = ["127.0.0.1:0"]
-    cfg.accesslog = None
-    cfg.errorlog = None
-    cfg.graceful_timeout = 0.1
-    async with trio.open_nursery() as n:
-        binds = await n.start(partial(hypercorn.trio.serve, app, cfg))
-        task_status.started(binds[0])
+    """Serve `app` on 127.0.0.1:<free port> with a short shutdown grace; task_status gets the URL."""
+    await _serve(app, graceful=0.1, task_status=task_status)
