@@ -129,8 +129,16 @@ class _Bridge:
             if t == "pong":
                 self.last_pong = trio.current_time()
             elif t == "call" and msg.get("op") == "agent" and isinstance(msg.get("id"), int):
+                if not isinstance(msg.get("opts", {}), dict) or not isinstance(msg.get("prompt", ""), str):
+                    await self.send({"t": "reply", "id": msg["id"], "ok": False,
+                                     "error": "agent(): malformed call on the bridge"})
+                    continue
                 begin = getattr(self.host, "agent_begin", None)
-                ticket = begin(str(msg.get("prompt", "")), dict(msg.get("opts") or {})) if begin else None
+                try:
+                    ticket = begin(str(msg.get("prompt", "")), dict(msg.get("opts") or {})) if begin else None
+                except Exception as e:  # never let one call take the bridge down
+                    await self.send({"t": "reply", "id": msg["id"], "ok": False, "error": f"agent(): {e}"})
+                    continue
                 nursery.start_soon(self.answer_agent, msg, ticket)
             elif t == "call":
                 await self.send({"t": "reply", "id": msg.get("id"), "ok": False,

@@ -265,3 +265,14 @@ def test_bwrap_configured_but_missing_refuses_start(tmp_path: Path) -> None:
     assert config.load(p, search_path=str(b)).engines.codex.sandbox == "none"
     p.write_text(json.dumps({"engines": {"codex": {"bin": "codex"}}}))            # no baseUrl: engine off
     assert config.load(p, search_path=str(b)).engines.codex is None
+
+
+async def test_token_refusal_returns_the_usd_reservation(tmp_path: Path, nursery: trio.Nursery, codex_bin: str,
+                                                         api: FakeResponses) -> None:
+    env = await codex_daemon(tmp_path, nursery, codex_bin, api.url)
+    script = ("try { await agent('x', {engine: 'codex'}); } catch (e) { return { m: e.message, usd: budget.reserved,"
+              " remaining: budget.remaining }; }")
+    run = await run_to_end(env, script, budgetTokens=500, budgetUsd=2)
+    res = result_of(env, run)
+    assert "token budget is spent" in res["m"]
+    assert res["usd"] == 0 and res["remaining"] == 2          # nothing left held after the refusal

@@ -125,6 +125,8 @@ class Agents:
                         if o.engine == "codex":
                             reserved_tokens = int(await live.tokens.reserve(max_tokens))
                     except BudgetSpent as e:
+                        if reserved:                 # the USD part was held: give it back
+                            live.usd.settle(reserved, 0.0)
                         self._end(live, rec, "failed", error=str(e))
                         raise AgentCallError(f"agent(): {e}") from None
                     async with self.global_slots:
