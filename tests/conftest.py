@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -103,3 +106,40 @@ async def run_to_end(env: Env, script: str, caller: str = "alice", timeout: floa
 def result_of(env: Env, run: Any) -> Any:
     text = env.services.store.result_text(run)
     return None if text is None else json.loads(text)
+
+
+async def engine_daemon(tmp_path: Path, nursery: trio.Nursery, *, engines: dict[str, Any], key: str,
+                        caller_extra: dict[str, Any] | None = None, **extra: Any) -> Env:
+    """A daemon with one caller, alice: her key file (0600) holds `key`, her cwdRoots is
+    tmp_path/roots, and `engines` are configured. Shared by the engine test modules."""
+    state = tmp_path / "state"
+    state.mkdir(parents=True)
+    key_file = state / "alice.key"
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    roots = tmp_path / "roots"
+    roots.mkdir()
+    path, tokens = write_config(state, callers=["alice"], engines=engines,
+                                caller_extra={"apiKeyFile": str(key_file), "cwdRoots": [str(roots)],
+                                              **(caller_extra or {})}, **extra)
+    env = Env(state=state, tokens=tokens, cfg=config.load(path))
+    await start_daemon(nursery, env)
+    return env
+
+
+def agent_json(env: Env, run: Any, n: int) -> dict[str, Any]:
+    """An agent's record as written to disk."""
+    return json.loads((env.services.store.dir(run) / "agents" / str(n) / "agent.json").read_text())
+
+
+async def start_cli_daemon(cfg_path: Path, env: dict[str, str] | None = None) -> tuple[trio.Process, str]:
+    """`python -m swarmbase` on this config; returns the process and its MCPL URL."""
+    env = dict(env or os.environ, SWARMBASE_CONFIG=str(cfg_path))
+    proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=env, stderr=subprocess.PIPE)
+    buf = b""
+    while b"listening on" not in buf:
+        chunk = await proc.stderr.receive_some(4096)
+        assert chunk, buf.decode()
+        buf += chunk
+    url = re.search(rb"listening on (http://[\d.:]+)", buf).group(1).decode()
+    return proc, url.replace("http", "ws") + "/mcpl"

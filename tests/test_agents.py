@@ -14,11 +14,10 @@ import pytest
 import trio
 import trio.testing
 
-from swarmbase import config
 from swarmbase.engines.process import process_start_time, reap_recorded_groups
 from swarmbase.runs.budget import BudgetGate, BudgetSpent, Ledger
 
-from .conftest import Env, result_of, run_to_end, start_daemon, write_config
+from .conftest import Env, agent_json, engine_daemon, result_of, run_to_end
 from .fakes import fake_claude
 
 KEY = "sk-fake-key-0123456789abcdef"
@@ -26,32 +25,17 @@ KEY = "sk-fake-key-0123456789abcdef"
 
 async def fake_daemon(tmp_path: Path, nursery: trio.Nursery, caller_extra: dict[str, Any] | None = None,
                       **extra: Any) -> Env:
-    state = tmp_path / "state"
-    state.mkdir(parents=True)
     bindir = tmp_path / "bin"
     bindir.mkdir()
     cli = fake_claude.install(bindir)
-    key = state / "alice.key"
-    key.write_text(KEY)
-    key.chmod(0o600)
-    roots = tmp_path / "roots"
-    roots.mkdir()
-    path, tokens = write_config(state, callers=["alice"],
-                                engines={"claude": {"bin": str(cli), "baseUrl": "http://127.0.0.1:9/gw"}},
-                                caller_extra={"apiKeyFile": str(key), "maxProfile": "write",
-                                              "cwdRoots": [str(roots)], **(caller_extra or {})}, **extra)
-    env = Env(state=state, tokens=tokens, cfg=config.load(path))
-    await start_daemon(nursery, env)
-    return env
+    return await engine_daemon(tmp_path, nursery, key=KEY,
+                               engines={"claude": {"bin": str(cli), "baseUrl": "http://127.0.0.1:9/gw"}},
+                               caller_extra={"maxProfile": "write", **(caller_extra or {})}, **extra)
 
 
 def dumps(env: Env, run: Any) -> list[dict[str, Any]]:
     work = env.services.store.work_dir(run)
     return [json.loads(p.read_text()) for p in sorted(work.glob("dump-*.json"), key=lambda p: p.stat().st_mtime)]
-
-
-def agent_json(env: Env, run: Any, n: int) -> dict[str, Any]:
-    return json.loads((env.services.store.dir(run) / "agents" / str(n) / "agent.json").read_text())
 
 
 def pid_alive(pid: int) -> bool:

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 import trio
 
-from swarmbase import config
 
-from .conftest import Env, result_of, run_to_end, start_daemon, write_config
+from .conftest import Env, agent_json, engine_daemon, result_of, run_to_end
 from .fakes.anthropic_api import FakeAnthropic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,24 +34,9 @@ async def api(nursery: trio.Nursery) -> FakeAnthropic:
 
 async def claude_daemon(tmp_path: Path, nursery: trio.Nursery, bin_path: str, base_url: str | None,
                         caller_extra: dict[str, Any] | None = None, **extra: Any) -> Env:
-    state = tmp_path / "state"
-    state.mkdir(parents=True)
-    key = state / "alice.key"
-    key.write_text(CANARY + "\n")
-    key.chmod(0o600)
-    roots = tmp_path / "roots"
-    roots.mkdir()
     extra.setdefault("perRunConcurrency", 8)
-    path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": bin_path, "baseUrl": base_url}},
-                                caller_extra={"apiKeyFile": str(key), "maxProfile": "write",
-                                              "cwdRoots": [str(roots)], **(caller_extra or {})}, **extra)
-    env = Env(state=state, tokens=tokens, cfg=config.load(path))
-    await start_daemon(nursery, env)
-    return env
-
-
-def agent_json(env: Env, run: Any, n: int) -> dict[str, Any]:
-    return json.loads((env.services.store.dir(run) / "agents" / str(n) / "agent.json").read_text())
+    return await engine_daemon(tmp_path, nursery, key=CANARY, engines={"claude": {"bin": bin_path, "baseUrl": base_url}},
+                               caller_extra={"maxProfile": "write", **(caller_extra or {})}, **extra)
 
 
 def all_text_under(path: Path) -> str:

@@ -17,7 +17,7 @@ import trio
 from swarmbase import config, defaults
 from swarmbase.client import connect
 
-from .conftest import write_config
+from .conftest import start_cli_daemon, write_config
 
 
 def child_pids(pid: int) -> list[int]:
@@ -114,7 +114,6 @@ def test_add_caller(tmp_path: Path) -> None:
 
 async def test_sigterm_drains_interrupts_runs_and_kills_runner(tmp_path: Path) -> None:
     path, tokens = write_config(tmp_path / "s", callers=["alice"], scriptSliceMs=600_000)
-    from .test_durability import start_cli_daemon
     with trio.fail_after(60):
         proc, ws = await start_cli_daemon(path, cli_env(path))
     try:
@@ -141,7 +140,6 @@ async def test_sigterm_drains_interrupts_runs_and_kills_runner(tmp_path: Path) -
 
 
 async def test_minimal_host_client_waits_for_the_end_notice(tmp_path: Path) -> None:
-    from .test_durability import start_cli_daemon
     with socket.socket() as s:                       # a free port the client can find in the config
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -17,7 +17,7 @@ from swarmbase import config
 from swarmbase.engines import codex, codex_run
 from swarmbase.engines.strict_schema import StrictSchemaError, strict
 
-from .conftest import Env, result_of, run_to_end, start_daemon, write_config
+from .conftest import Env, agent_json, engine_daemon, result_of, run_to_end
 from .fakes.responses_api import FakeResponses
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,26 +41,11 @@ async def api(nursery: trio.Nursery) -> FakeResponses:
 
 async def codex_daemon(tmp_path: Path, nursery: trio.Nursery, bin_path: str, base_url: str,
                        caller_extra: dict[str, Any] | None = None, sandbox: str = "bwrap", **extra: Any) -> Env:
-    state = tmp_path / "state"
-    state.mkdir(parents=True)
-    key = state / "alice.key"
-    key.write_text(GATEWAY + "\n")
-    key.chmod(0o600)
-    roots = tmp_path / "roots"
-    roots.mkdir()
-    path, tokens = write_config(
-        state, callers=["alice"],
+    return await engine_daemon(
+        tmp_path, nursery, key=GATEWAY,
         engines={"codex": {"bin": bin_path, "baseUrl": base_url, "sandbox": sandbox,
                            "maxTokensDefault": 200_000, "maxTokensMax": 300_000}},
-        caller_extra={"apiKeyFile": str(key), "maxProfile": "read", "cwdRoots": [str(roots)],
-                      "defaultModels": {"codex": "gpt-5.5"}, **(caller_extra or {})}, **extra)
-    env = Env(state=state, tokens=tokens, cfg=config.load(path))
-    await start_daemon(nursery, env)
-    return env
-
-
-def agent_json(env: Env, run: Any, n: int) -> dict[str, Any]:
-    return json.loads((env.services.store.dir(run) / "agents" / str(n) / "agent.json").read_text())
+        caller_extra={"maxProfile": "read", "defaultModels": {"codex": "gpt-5.5"}, **(caller_extra or {})}, **extra)
 
 
 async def test_usage_across_requests_in_one_turn(tmp_path: Path, nursery: trio.Nursery, codex_bin: str,

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +16,9 @@ from swarmbase.runs import journal
 from swarmbase.runs.model import Run
 from swarmbase.runs.store import RunStore
 
-from .conftest import Env, result_of, run_to_end, start_daemon, write_config
+from .conftest import Env, agent_json, result_of, run_to_end, start_cli_daemon, start_daemon, write_config
 from .fakes import fake_claude
-from .test_agents import agent_json, fake_daemon, pid_alive
+from .test_agents import fake_daemon, pid_alive
 
 
 def spawns(tmp_path: Path) -> list[str]:
@@ -209,19 +205,6 @@ def cmdline(pid: int) -> bytes:
 def live_pids_matching(needle: bytes) -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and needle in cmdline(int(p.name))
             and pid_alive(int(p.name))]
-
-
-async def start_cli_daemon(cfg_path: Path, env: dict[str, str] | None = None) -> tuple[trio.Process, str]:
-    """`python -m swarmbase` on this config; returns the process and its MCPL URL."""
-    env = dict(env or os.environ, SWARMBASE_CONFIG=str(cfg_path))
-    proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=env, stderr=subprocess.PIPE)
-    buf = b""
-    while b"listening on" not in buf:
-        chunk = await proc.stderr.receive_some(4096)
-        assert chunk, buf.decode()
-        buf += chunk
-    url = re.search(rb"listening on (http://[\d.:]+)", buf).group(1).decode()
-    return proc, url.replace("http", "ws") + "/mcpl"
 
 
 @pytest.mark.timeout(180)
