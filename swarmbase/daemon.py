@@ -92,7 +92,7 @@ def make_app(services: Services) -> QuartTrio:
     async def mcpl_ws() -> None:
         await websocket.accept()
         caller = caller_for_token(services.cfg, websocket.args.get("token"))
-        session = Session(_QuartTransport(), services.cfg, caller, services.supervisor,
+        session = Session(_QuartTransport(), caller, services.supervisor,
                           services.outbox, services.hub)
         async with trio.open_nursery() as nursery:
             async def serve() -> None:

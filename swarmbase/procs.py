@@ -25,16 +25,6 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @asynccontextmanager
 async def group_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
                         stdin: int | None = None, stderr: int | None = None,

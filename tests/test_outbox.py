@@ -93,7 +93,7 @@ async def host_pushes(tmp_path: Path, nursery: trio.Nursery, event: dict[str, An
     ob = Outbox(tmp_path / "outbox.json")
     ob.add("a", event)
     t = MemTransport()
-    session = Session(t, cfg, cfg.callers[0], sup=None, outbox=ob, hub=Hub(), rng=random.Random(seed))  # type: ignore[arg-type]
+    session = Session(t, cfg.callers[0], sup=None, outbox=ob, hub=Hub(), rng=random.Random(seed))  # type: ignore[arg-type]
     nursery.start_soon(session.serve)
     await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "capabilities": {"experimental": {"mcpl": {"version": "0.5", "pushEvents": True}}}}}))

@@ -81,10 +81,9 @@ async def _first_of(*waits: Callable[[], Awaitable[None]]) -> None:
 
 
 class Session:
-    def __init__(self, transport: Transport, cfg: Config, caller: Caller | None, sup: Supervisor,
+    def __init__(self, transport: Transport, caller: Caller | None, sup: Supervisor,
                  outbox: Outbox, hub: Hub, rng: random.Random | None = None) -> None:
         self.t = transport
-        self.cfg = cfg
         self.caller = caller
         self.sup = sup
         self.outbox = outbox
@@ -98,7 +97,6 @@ class Session:
         self._waiting: dict[int, trio.MemorySendChannel[Response]] = {}
         self._send_lock = trio.Lock()
         self._closed = False
-        self.push_attempts: list[float] = []   # times of push attempts, for tests and status
 
     # -- plumbing -----------------------------------------------------------
     async def send(self, msg: dict[str, Any]) -> None:
@@ -283,11 +281,8 @@ class Session:
                 attempt += 1
 
     async def _push(self, notice: dict[str, Any]) -> str:
-        self.push_attempts.append(trio.current_time())
         try:
             resp = await self.request("push/event", notice, PUSH_TIMEOUT_S)
         except trio.TooSlowError:
             return "retry"
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise
         return classify_answer(resp.result, resp.error)

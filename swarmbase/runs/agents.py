@@ -106,9 +106,7 @@ class Agents:
         records.create(rec.dir, rec, prompt, {**opts, "resolved": {
             "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile,
             "cwd": o.cwd, "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd}})
-        live.agents[n] = rec
-        live.phase_for_agents()["agents"].append(n)
-        run.agents_total += 1
+        live.add_agent(rec)
         self.sup.agent_changed(live, rec)
 
         scope = trio.CancelScope()
@@ -145,7 +143,7 @@ class Agents:
                     elif isinstance(exc, AgentCallError):
                         self._end(live, rec, "failed", error=str(exc))
                     else:
-                        self._end(live, rec, "failed", error=f"internal error: {exc!r}")
+                        self._end(live, rec, "failed", error=live.redact(f"internal error: {exc!r}"))
             raise
         finally:
             live.agent_scopes.pop(n, None)
@@ -180,9 +178,7 @@ class Agents:
                           engine=o.engine, model=o.model, profile=o.profile, replayed=True)
         rec.set_state("queued")
         records.create(rec.dir, rec, prompt, {**opts, "replayedFrom": live.run.resumed_from})
-        live.agents[n] = rec
-        live.phase_for_agents()["agents"].append(n)
-        live.run.agents_total += 1
+        live.add_agent(rec)
         rec.started_at = rec.queued_at
         rec.set_state("done", replayed=True, originalCostUsd=cached.get("costUsd"))
         live.run.agents_done += 1

@@ -60,6 +60,7 @@ class AgentRecord:
     exit_code: int | None = None
     error: str | None = None
     replayed: bool = False
+    phase: str | None = None
     queued_at: float = attrs.Factory(time.time)
     stream: Any = attrs.field(default=None, repr=False)   # the engine's stream state, for settling a kill
     meter: Any = attrs.field(default=None, repr=False)    # a codex agent's meter entry

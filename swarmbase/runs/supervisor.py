@@ -11,17 +11,20 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from .. import notices
 from ..config import PROFILES, Caller, Config
+from ..engines.codex import codex_homes_dir
+from ..engines.process import reap_recorded_groups
 from ..events import EventHub
 from ..outbox import Outbox
 from ..runner import RunnerLimits, run_script
 from . import journal as journal_mod
+from . import records
 from .agent_opts import EFFORTS  # noqa: F401  (re-exported for the tool schemas)
 from .budget import BudgetGate, Ledger
 from .journal import Journal, KeyCounter
@@ -70,6 +73,14 @@ class LiveRun:
             self.usd = BudgetGate(Ledger(total=self.run.budget_usd, spent=self.run.spent_usd))
         if self.tokens is None:
             self.tokens = BudgetGate(Ledger(total=float(self.run.budget_tokens), minimum=TOKEN_MINIMUM), what="tokens")
+
+    def add_agent(self, rec: AgentRecord) -> None:
+        """Count an agent in the run and file it under the current phase."""
+        phase = self.phase_for_agents()
+        phase["agents"].append(rec.n)
+        rec.phase = phase["title"]
+        self.agents[rec.n] = rec
+        self.run.agents_total += 1
 
     def budget_view(self) -> dict[str, Any]:
         return {**self.usd.ledger.view(), "tokens": self.tokens.ledger.view()}
@@ -136,7 +147,6 @@ class Supervisor:
         self.runs: dict[str, Run] = {}
         self.live: dict[str, LiveRun] = {}
         self.accepting = True
-        self.listeners: list[Callable[[Run], None]] = []
         self.events = EventHub()
         self._nursery: trio.Nursery | None = None
 
@@ -144,12 +154,10 @@ class Supervisor:
     def recover(self) -> list[Run]:
         """Load every run; runs left in flight by a dead daemon become interrupted (and
         their callers get a notice); ended runs' work dirs are swept unless kept."""
-        from ..engines.process import reap_recorded_groups
         reaped = reap_recorded_groups(self.cfg.state_dir / "procs")
         if reaped:
             log.warning("reaped %d agent process groups left by an unclean stop", len(reaped))
         # Throwaway agent homes (and codex CODEX_HOMEs) of runs that did not end cleanly.
-        from ..engines.codex import codex_homes_dir
         shutil.rmtree(self.cfg.state_dir / "homes", ignore_errors=True)
         shutil.rmtree(codex_homes_dir(self.cfg.state_dir), ignore_errors=True)
         interrupted = []
@@ -209,13 +217,11 @@ class Supervisor:
     def agent_changed(self, live: LiveRun, rec: AgentRecord) -> None:
         """An agent's state moved: its record now if it ended, run.json and phases.json
         on the run's next flush (they are rewritten whole; per change would be O(n²))."""
-        from . import records
         if rec.state in records.ENDED or rec.state == "queued":
             # A replayed agent's truth is the journal line it came from: no fsync for it.
             records.save(rec, durable=rec.state in records.ENDED and not rec.replayed)
         live.dirty = True
-        phase = next((p["title"] for p in live.phases if rec.n in p["agents"]), None)
-        self.events.publish(live.run.id, "agent", {**rec.row(), "phase": phase})
+        self.events.publish(live.run.id, "agent", {**rec.row(), "phase": rec.phase})
         self.changed(live.run)
 
     def _flush(self, live: LiveRun) -> None:
@@ -235,8 +241,6 @@ class Supervisor:
                "resumedFrom": run.resumed_from}
         self.events.publish(run.id, "run", row)
         self.events.publish_list(row)
-        for fn in list(self.listeners):
-            fn(run)
 
     def record_log(self, run: Run, message: str, level: str = "info") -> None:
         entry = self.store.append_log(run, message, level)
@@ -300,7 +304,7 @@ class Supervisor:
             log.exception("run %s crashed", run.id)
             outcome = None
             live.stop_reason = live.stop_reason or "crash"
-            run.error = f"internal error: {e!r}"
+            run.error = live.redact(f"internal error: {e!r}")
         finally:
             with trio.CancelScope(shield=True):
                 self._finish(live, outcome)
