@@ -23,6 +23,7 @@ import attrs
 import jsonschema
 
 from ..prices import Tokens
+from .verdict import Verdict
 
 PROFILE_TOOLS = {
     "think": [],
@@ -179,16 +180,6 @@ class StreamState:
         for t in self.streamed.values():
             total = total + t
         return total
-
-
-@attrs.frozen
-class Verdict:
-    ok: bool
-    value: Any = None
-    error: str | None = None
-    cost_usd: float | None = None        # None: unknown, estimate from tokens
-    tokens: Tokens = Tokens()
-    tokens_exact: bool = False
 
 
 def result_tokens(result: Mapping[str, Any]) -> Tokens | None:

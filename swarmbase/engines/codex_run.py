@@ -14,9 +14,10 @@ import trio
 from .. import fsutil, prices
 from ..config import Config
 from ..prices import Tokens
-from . import claude, codex
+from . import codex
 from .meter import Meter, MeterAgent
 from .process import parse_json_line, run_cli
+from .verdict import Verdict
 
 if TYPE_CHECKING:
     from ..runs.agent_opts import AgentOptions
@@ -33,7 +34,7 @@ def effective_profile(profile: str, sandbox: str, max_profile: str) -> str:
 
 
 def metered_verdict(meter_agent: MeterAgent | None, stream: codex.CodexStream | None,
-                    verdict: codex.CodexVerdict | None = None) -> claude.Verdict:
+                    verdict: codex.CodexVerdict | None = None) -> Verdict:
     """Tokens from the meter; the CLI's turn.completed count when the meter could not read
     a response's usage. Cost from the price row (none: $0; the token budget bounds it)."""
     tokens = meter_agent.used if meter_agent is not None else Tokens()
@@ -42,14 +43,14 @@ def metered_verdict(meter_agent: MeterAgent | None, stream: codex.CodexStream | 
     cost = meter_agent.cost(tokens) if meter_agent is not None else 0.0
     exact = stream is not None and stream.completed and not (meter_agent is not None and meter_agent.estimated)
     if verdict is None:
-        return claude.Verdict(ok=False, error="stopped", cost_usd=cost, tokens=tokens, tokens_exact=exact)
-    return claude.Verdict(ok=verdict.ok, value=verdict.value, error=verdict.error, cost_usd=cost, tokens=tokens,
+        return Verdict(ok=False, error="stopped", cost_usd=cost, tokens=tokens, tokens_exact=exact)
+    return Verdict(ok=verdict.ok, value=verdict.value, error=verdict.error, cost_usd=cost, tokens=tokens,
                           tokens_exact=exact)
 
 
 async def run(*, cfg: Config, meter: Meter, live: "LiveRun", rec: "AgentRecord", opts: "AgentOptions", cwd: str,
               gateway_token: str, max_usd: float, max_tokens: int, home: Path, record: Path,
-              transcript: "Transcript") -> claude.Verdict:
+              transcript: "Transcript") -> Verdict:
     engine = cfg.engines.codex
     assert engine is not None and engine.baseUrl
     profile = effective_profile(opts.profile, engine.sandbox, live.caller.maxProfile)

@@ -26,6 +26,7 @@ from .. import prices
 from ..config import Config
 from ..engines import claude, codex, codex_run
 from ..engines.strict_schema import StrictSchemaError, strict
+from ..engines.verdict import Verdict
 from ..engines.process import parse_json_line, run_cli
 from ..prices import Tokens
 from ..runner import AgentCallError
@@ -113,7 +114,7 @@ class Agents:
         live.agent_scopes[n] = scope
         reserved = 0.0
         reserved_tokens = 0
-        verdict: claude.Verdict | None = None
+        verdict: Verdict | None = None
         try:
             with scope:
                 async with live.slots:
@@ -194,7 +195,7 @@ class Agents:
 
     # -- one process -------------------------------------------------------------
     async def _run_claude(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str,
-                          reserved: float) -> claude.Verdict:
+                          reserved: float) -> Verdict:
         run = live.run
         engine = self.cfg.engines.claude
         assert engine is not None
@@ -239,16 +240,16 @@ class Agents:
             shutil.rmtree(home, ignore_errors=True)
         verdict = claude.judge(state, o.schema)
         if timed_out:
-            return claude.Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=verdict.cost_usd,
+            return Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=verdict.cost_usd,
                                   tokens=verdict.tokens)
         rec.exit_code = res.exit_code
         if res.idle_timeout:
-            return claude.Verdict(ok=False, cost_usd=verdict.cost_usd, tokens=verdict.tokens, error=(
+            return Verdict(ok=False, cost_usd=verdict.cost_usd, tokens=verdict.tokens, error=(
                 f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); the agent was killed"))
         return verdict
 
     async def _run_codex(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str,
-                         reserved: float, reserved_tokens: int) -> claude.Verdict:
+                         reserved: float, reserved_tokens: int) -> Verdict:
         assert self.meter is not None and self.cfg.engines.codex is not None
         key = self._read_key(live)
         live.redact.add(key)
@@ -278,7 +279,7 @@ class Agents:
 
     # -- settling and recording ---------------------------------------------------
     def _settle(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str, reserved: float,
-                verdict: claude.Verdict | None, reserved_tokens: int = 0) -> None:
+                verdict: Verdict | None, reserved_tokens: int = 0) -> None:
         if rec.started_at is None:
             if reserved:
                 live.usd.settle(reserved, 0.0)   # never started: nothing used
@@ -297,7 +298,7 @@ class Agents:
             live.run.spent_estimated = live.run.spent_estimated or rec.cost_estimated
             return
         if verdict is None:
-            verdict = claude.judge(rec.stream, o.schema) if rec.stream is not None else claude.Verdict(ok=False)
+            verdict = claude.judge(rec.stream, o.schema) if rec.stream is not None else Verdict(ok=False)
         tokens = verdict.tokens
         cost = verdict.cost_usd
         estimated = cost is None

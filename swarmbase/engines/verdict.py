@@ -1,0 +1,19 @@
+"""How an agent ended, as every engine reports it to the agent service. Pure data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..prices import Tokens
+
+
+@attrs.frozen
+class Verdict:
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    cost_usd: float | None = None        # None: unknown, estimate from tokens
+    tokens: Tokens = Tokens()
+    tokens_exact: bool = False
