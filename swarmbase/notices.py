@@ -30,13 +30,14 @@ def notice_text(run: Run, result_preview: str | None) -> str:
     return head
 
 
-def build(run: Run, result_preview: str | None, now: float | None = None) -> dict[str, Any]:
+def build(run: Run, result_preview: str | None, url: str | None = None, now: float | None = None) -> dict[str, Any]:
     """The push/event params. The same eventId is reused on every retry."""
+    text = notice_text(run, result_preview) + (f"\nDashboard: {url}" if url else "")
     return {
         "featureSet": NOTIFY_SET,
         "eventId": event_id(run.id),
         "timestamp": iso(time.time() if now is None else now),
         "origin": {"source": "swarmbase", "kind": "run-end", "runId": run.id},
         "tags": ["surface:done", "swarmbase:run-end", f"swarmbase:{run.status}"],
-        "payload": {"content": [{"type": "text", "text": notice_text(run, result_preview)}]},
+        "payload": {"content": [{"type": "text", "text": text}]},
     }

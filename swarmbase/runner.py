@@ -10,17 +10,19 @@ loop (anything that wedges the runner itself).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Mapping, Protocol
 
 import attrs
 import trio
 
-from . import fsutil
+from .launch.spec import LaunchSpec
 from .procs import LineReader, group_process
+from .spawn import Limits
 
 SANDBOX_DIR = Path(__file__).resolve().parent.parent / "sandbox"
 RUNNER = SANDBOX_DIR / "runner.mjs"
@@ -55,11 +57,17 @@ class RunnerLimits:
     slice_ms: int = 5000
     ping_interval: float = 2.0
     pong_timeout: float = 10.0
+    memory_mb: int = 512
+    cpu_seconds: int | None = None
 
 
-def node_argv(node: str | None = None) -> list[str]:
+XCPU_CODES = (-signal.SIGXCPU, 128 + signal.SIGXCPU)   # killed by RLIMIT_CPU (directly, or under bwrap)
+
+
+def node_argv(node: str | None = None, memory_mb: int | None = None) -> list[str]:
     node = node or shutil.which("node") or "node"
-    return [node, "--no-warnings", "--experimental-permission",
+    heap = [f"--max-old-space-size={max(32, memory_mb * 3 // 4)}"] if memory_mb else []
+    return [node, "--no-warnings", "--experimental-permission", *heap,
             f"--allow-fs-read={SANDBOX_DIR}", str(RUNNER)]
 
 
@@ -67,17 +75,16 @@ def node_argv(node: str | None = None) -> list[str]:
 RUNNER_ENV = {"LANG": "C.UTF-8", "TZ": "UTC"}
 
 
-@contextmanager
-def recorded(record: Path | None, pid: int) -> Iterator[None]:
-    from .engines.process import process_start_time
-    if record is None:
-        yield
-        return
-    fsutil.write_json(record, {"pgid": pid, "startTime": process_start_time(pid), "argv0": "node runner"})
-    try:
-        yield
-    finally:
-        record.unlink(missing_ok=True)
+def runner_spec(*, key: str, memory_mb: int, cpu_seconds: int, record: Mapping[str, Any],
+                node: str | None = None, env: Mapping[str, str] | None = None) -> LaunchSpec:
+    """A script runner as the launcher starts it: node and the sandbox dir readable,
+    nothing else; no network; a hard data-segment limit (RLIMIT_DATA also bounds
+    ArrayBuffers, which live outside V8's heap limit) and a CPU-time limit."""
+    node = node or shutil.which("node") or "node"
+    return LaunchSpec(argv=tuple(node_argv(node, memory_mb)), env=dict(env or RUNNER_ENV), cwd=str(SANDBOX_DIR),
+                      key=key, dirs=(), read=(str(SANDBOX_DIR), os.path.dirname(os.path.realpath(node))),
+                      network=False, limits=Limits(data_bytes=memory_mb * 1024 * 1024, cpu_seconds=cpu_seconds),
+                      record=record)
 
 
 class _Bridge:
@@ -195,23 +202,40 @@ class _Bridge:
 
 
 async def run_script(script: str, args: Any, host: ScriptHost, limits: RunnerLimits = RunnerLimits(),
-                     argv: list[str] | None = None, record: Path | None = None) -> ScriptOutcome:
+                     argv: list[str] | None = None, record: Path | None = None, launcher: Any = None,
+                     spec: LaunchSpec | None = None) -> ScriptOutcome:
     """Run one script to its end. Cancelling the caller kills the runner's whole group.
-    `record` (optional) gets the group's pgid and start time for the boot reaper."""
-    async with group_process(argv or node_argv(), env=RUNNER_ENV, stdin=subprocess.PIPE,
-                             stderr=subprocess.PIPE, grace=0.5) as proc:
-        with recorded(record, proc.pid):
-            bridge = _Bridge(proc, host, limits)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(bridge.read_loop, nursery)
-                nursery.start_soon(bridge.read_stderr)
-                nursery.start_soon(bridge.ping_loop)
-                try:
-                    await bridge.send({"t": "start", "script": script, "args": args,
-                                       "budget": host.budget_view(), "sliceMs": limits.slice_ms})
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass  # node died at start; read_loop reports it
-                await bridge.done.wait()
-                nursery.cancel_scope.cancel()
-            assert bridge.outcome is not None
-            return bridge.outcome
+    With a launcher and a spec, the runner starts sandboxed through it; otherwise `argv`
+    (or plain node) is started as a process group, recorded in `record` if given."""
+    if launcher is not None and spec is not None and argv is None:
+        starting = launcher.open(spec, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 grace=0.5)
+        cpu = spec.limits.cpu_seconds
+    else:
+        starting = group_process(argv or node_argv(), env=RUNNER_ENV, stdin=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, grace=0.5, record=record)
+        cpu = limits.cpu_seconds
+    async with starting as proc:
+        bridge = _Bridge(proc, host, limits)
+        if hasattr(host, "bridge"):
+            host.bridge = bridge
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bridge.read_loop, nursery)
+            nursery.start_soon(bridge.read_stderr)
+            nursery.start_soon(bridge.ping_loop)
+            try:
+                await bridge.send({"t": "start", "script": script, "args": args, "budget": host.budget_view(),
+                                   "sliceMs": limits.slice_ms, "memoryLimitMb": limits.memory_mb})
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # node died at start; read_loop reports it
+            await bridge.done.wait()
+            nursery.cancel_scope.cancel()
+        assert bridge.outcome is not None
+        outcome = bridge.outcome
+        if not outcome.ok and proc.returncode is None:
+            with trio.move_on_after(1):
+                await proc.wait()
+        if not outcome.ok and proc.returncode in XCPU_CODES:
+            outcome = ScriptOutcome(ok=False, error=f"the script exceeded its CPU limit of {cpu} s "
+                                                    "(runnerCpuSeconds)")
+        return outcome

@@ -11,6 +11,7 @@ import jsonschema
 from .. import guide
 from ..config import Caller
 from ..runs.model import STATUSES, TERMINAL
+from ..runs.store import DamagedFile
 from ..runs.supervisor import EFFORTS, RunRefused, Supervisor
 from .jsonrpc import INVALID_PARAMS, RpcError
 
@@ -130,11 +131,14 @@ def _get(sup: Supervisor, caller: Caller, run_id: str) -> Any:
 
 def _status(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     run = _get(sup, caller, a["runId"])
-    out = run.summary()
+    out = sup.summary(run)
     out["profile"] = run.profile
     out["model"] = run.model
-    out["phases"] = sup.phases(run)
-    out["log"] = sup.store.recent_log(run, a.get("logLines", 20))
+    try:
+        out["phases"] = sup.phases(run)
+        out["log"] = sup.recent_log(run, a.get("logLines", 20))
+    except DamagedFile as e:
+        raise ToolError(f"run {run.id}: {e}") from None
     return out
 
 
@@ -142,7 +146,10 @@ def _result(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any
     run = _get(sup, caller, a["runId"])
     if run.status not in TERMINAL:
         raise ToolError(f"run {run.id} is still {run.status}; the result is there once it ends")
-    text = sup.store.result_text(run)
+    try:
+        text = sup.store.result_text(run)
+    except DamagedFile as e:
+        raise ToolError(f"run {run.id}: {e}") from None
     if text is None:
         raise ToolError(f"run {run.id} ended {run.status} without a return value"
                         + (f": {run.error}" if run.error else ""))
