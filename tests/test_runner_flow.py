@@ -219,3 +219,20 @@ async def test_workflow_without_host_support_throws() -> None:
 
     out, _ = await run("try { await workflow('return 1'); } catch (e) { return e.message }", host=AgentsOnly())
     assert out.ok and out.value == "workflow() is not available in this daemon"
+
+
+def guide_examples() -> list[str]:
+    """The ```js blocks of the guide's sections on these hooks and on determinism."""
+    import re
+    from swarmbase import guide
+    text = guide.text("hooks") + guide.text("determinism")
+    return re.findall(r"```js\n(.*?)```", text, re.S)
+
+
+@pytest.mark.parametrize("index", range(len(guide_examples())))
+async def test_guide_examples_run(index: int) -> None:
+    args = {"question": "q?", "reviewers": ["r1", "r2", "r3", "r4", "r5"], "path": "x.diff",
+            "files": ["a.py", "b.py", "c.py"], "repo": "/r", "today": "2026-03-01"}
+    out, host = await run(guide_examples()[index], args)
+    assert out.ok, out.error
+    assert host.calls or host.workflows or index == len(guide_examples()) - 1
