@@ -85,18 +85,25 @@ class Runner {
     this.startNextScript = new vm.Script('__sb.startNext()');
   }
 
-  eval(source, filename = 'bridge.js') {
+  eval(source, filename = 'bridge.js', timeout = this.sliceMs) {
     const s = source instanceof vm.Script ? source : new vm.Script(source, { filename });
-    return s.runInContext(this.ctx, { timeout: this.sliceMs, breakOnSigint: false });
+    return s.runInContext(this.ctx, { timeout, breakOnSigint: false });
   }
 
   // One timed slice of script work, then one slice per race/waitN branch it queued
   // (each branch starts in an evaluation of its own: see context/calls.mjs); then
   // forward whatever the script sent.
   step(source) {
+    // The slice and the branch starts it queued share one time budget: a script whose
+    // branches start races of their own would otherwise never yield.
+    const deadline = performance.now() + this.sliceMs;
     try {
       this.eval(source);
-      while (this.eval(this.startNextScript) === true) { /* next branch */ }
+      for (;;) {
+        const left = Math.ceil(deadline - performance.now());
+        if (left <= 0) throw Object.assign(new Error('slice over'), { code: 'ERR_SCRIPT_EXECUTION_TIMEOUT' });
+        if (this.eval(this.startNextScript, undefined, left) !== true) break;
+      }
     } catch (e) {
       return this.fatal(e);
     }

@@ -236,3 +236,10 @@ async def test_guide_examples_run(index: int) -> None:
     out, host = await run(guide_examples()[index], args)
     assert out.ok, out.error
     assert host.calls or host.workflows or index == len(guide_examples()) - 1
+
+
+async def test_races_starting_races_forever_hit_the_watchdog() -> None:
+    # Every branch start is a short evaluation of its own; together they are one slice.
+    out, _ = await run("const f = () => race([f, f]); return await f();", slice_ms=300)
+    assert not out.ok and out.watchdog
+    assert "300 ms without yielding" in out.error
