@@ -243,3 +243,13 @@ async def test_races_starting_races_forever_hit_the_watchdog() -> None:
     out, _ = await run("const f = () => race([f, f]); return await f();", slice_ms=300)
     assert not out.ok and out.watchdog
     assert "300 ms without yielding" in out.error
+
+
+async def test_many_large_replayed_answers_do_not_wedge_the_pipes() -> None:
+    # Replayed answers are written while the bridge is still reading the runner's calls;
+    # both directions carry far more than a pipe buffer holds.
+    prompts = [f"p{i:03d}-" + "x" * 4000 for i in range(200)]
+    host = Host(replayed={p: "y" * 4000 for p in prompts})
+    out, _ = await run("const r = await parallel(args.map(p => () => agent(p))); return r.join('').length", prompts, host)
+    assert out.ok, out.error
+    assert out.value == 200 * 4000
