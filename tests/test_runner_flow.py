@@ -24,7 +24,7 @@ async def test_race_fast_beats_slow_and_slow_is_cancelled() -> None:
 
 
 async def test_race_failed_first_finisher_cannot_win() -> None:
-    host = Host({"null-quick": 0.01, "ok-later": 0.2})
+    host = Host({"null-quick": 0.0, "ok-later": 0.5})
     out, _ = await run("return await race([() => agent('null-quick'), () => agent('ok-later')])", host=host)
     assert out.ok and out.value == "<ok-later>"
     assert host.cancelled == []
@@ -83,7 +83,8 @@ seen.push(await agent('root-again'));
 return { r, seen };""", host=host)
     assert out.ok, out.error
     assert out.value == {"r": "<fast>", "seen": [None, None, "loser", "<root-again>"]}
-    assert [p for p, _ in host.calls] == ["slow", "fast", "root-again"]
+    assert host.begun == ["slow", "fast", "root-again"]
+    assert sorted(p for p, _ in host.calls) == ["fast", "root-again", "slow"]
     assert host.cancelled_prompts() == ["slow"]
 
 
@@ -126,7 +127,7 @@ return await race([
 
 
 async def test_waitN_takes_the_first_n_in_completion_order() -> None:
-    delays = {"t0": SLOW, "t1": 0.6, "t2": 0.05, "t3": SLOW, "t4": 0.3}
+    delays = {"t0": SLOW, "t1": 1.2, "t2": 0.0, "t3": SLOW, "t4": 0.5}
     host = Host(delays)
     out, _ = await run("return await waitN(2, ['t0', 't1', 't2', 't3', 't4'].map(p => () => agent(p)))", host=host)
     assert out.ok and out.value == ["<t2>", "<t4>"]
@@ -135,7 +136,7 @@ async def test_waitN_takes_the_first_n_in_completion_order() -> None:
 
 
 async def test_waitN_throws_as_soon_as_fewer_than_n_can_succeed() -> None:
-    host = Host({"ok-a": 0.01, "null-b": 0.05, "null-c": 0.1, "slow-d": SLOW, "slow-e": SLOW})
+    host = Host({"ok-a": 0.0, "null-b": 0.3, "null-c": 0.6, "slow-d": SLOW, "slow-e": SLOW})
     out, _ = await run("""
 try { return await waitN(4, ['ok-a', 'null-b', 'null-c', 'slow-d', 'slow-e'].map(p => () => agent(p))); }
 catch (e) { return { message: e.message, values: e.values }; }""", host=host)
@@ -173,7 +174,7 @@ async def test_bounded_keeps_the_limit_and_input_order() -> None:
 
 
 async def test_bounded_stops_starting_after_a_failure() -> None:
-    host = Host({"i0": 0.2, "throw-1": 0.01})
+    host = Host({"i0": 0.6, "throw-1": 0.0})
     out, _ = await run("""
 try { await bounded(2, ['i0', 'throw-1', 'i2', 'i3'], (p) => agent(p)); }
 catch (e) { return e.message }""", host=host)
