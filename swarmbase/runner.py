@@ -13,9 +13,10 @@ import json
 import logging
 import shutil
 import subprocess
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator, Protocol
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -148,7 +149,7 @@ class _Bridge:
         if callable(attach):
             attach(self)
         elif hasattr(host, "bridge"):
-            setattr(host, "bridge", self)
+            host.bridge = self  # type: ignore[attr-defined]
 
     async def send(self, *msgs: dict[str, Any]) -> None:
         """Send messages as one write, so no other message falls between them."""

@@ -13,7 +13,14 @@ from typing import Any
 
 import trio
 
-from swarmbase.runner import AgentCallError, Answered, RunnerLimits, ScriptOutcome, node_argv, run_script
+from swarmbase.runner import (
+    AgentCallError,
+    Answered,
+    RunnerLimits,
+    ScriptOutcome,
+    node_argv,
+    run_script,
+)
 
 
 class Host:
@@ -109,10 +116,10 @@ def argv_with(env: dict[str, str] | None = None, data_limit_mb: int | None = Non
         argv = argv[:1] + node_flags + argv[1:]
     if data_limit_mb is not None:
         limit = data_limit_mb * 1024 * 1024
-        argv = [sys.executable, "-c",
-                "import os, resource, sys\n"
-                f"resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit}))\n"
-                "os.execv(sys.argv[1], sys.argv[1:])", *argv]
+        wrapper = ("import os, resource, sys\n"
+                   f"resource.setrlimit(resource.RLIMIT_DATA, ({limit}, {limit}))\n"
+                   "os.execv(sys.argv[1], sys.argv[1:])")
+        argv = [sys.executable, "-c", wrapper, *argv]
     if env:
         argv = ["/usr/bin/env", *(f"{k}={v}" for k, v in env.items()), *argv]
     return argv

@@ -225,9 +225,10 @@ async def test_workflow_without_host_support_throws() -> None:
 def guide_examples() -> list[str]:
     """The ```js blocks of the guide's sections on these hooks and on determinism."""
     import re
+
     from swarmbase import guide
     text = guide.text("hooks") + guide.text("determinism")
-    return re.findall(r"```js\n(.*?)```", text, re.S)
+    return re.findall(r"```js\n(.*?)```", text, re.DOTALL)
 
 
 @pytest.mark.parametrize("index", range(len(guide_examples())))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import trio
@@ -208,31 +209,42 @@ def test_probe_runs_in_the_runner_process_only_when_enabled() -> None:
     assert got[-1]["value"] == "real"
 
 
-async def test_bridge_probe_and_ignored_probe_through_run_script() -> None:
-    for enabled in (True, False):
-        host = Host()
-        host.gates["hold"] = trio.Event()
-        result: list[Any] = []
+async def probe_during_a_run(enabled: bool) -> tuple[Any, Any]:
+    """Run a script that waits on an agent; meanwhile probe the runner through the bridge
+    (or, when probes are off, send one that would forge the result and show it ignored)."""
+    host = Host()
+    host.gates["hold"] = trio.Event()
+    result: list[Any] = []
 
-        async def prober() -> None:
-            await host.reached.setdefault("hold", trio.Event()).wait()
-            if enabled:
-                result.append(await host.bridge.probe(PROBE))
-            else:
-                # Ignored: the forged done line is never written, and the sync barrier
-                # proves the probe line was read first.
-                await host.bridge.send({"t": "probe", "id": 99, "code": FORGED})
-                await host.bridge.sync()
-                result.append("ignored")
-            host.gates["hold"].set()
+    async def prober() -> None:
+        await host.reached.setdefault("hold", trio.Event()).wait()
+        if enabled:
+            result.append(await host.bridge.probe(PROBE))
+        else:
+            # The sync barrier proves the probe line was read before the agent answers.
+            await host.bridge.send({"t": "probe", "id": 99, "code": FORGED})
+            await host.bridge.sync()
+            result.append("ignored")
+        host.gates["hold"].set()
 
-        argv = argv_with(env={"SWARMBASE_TEST_PROBE": "1"}) if enabled else None
-        with trio.fail_after(30):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(prober)
-                out = await run_script("return await agent('hold')", None, host, RunnerLimits(), argv=argv)
-        assert out.ok and out.value == "<hold>"
-        assert result == ([["function", True]] if enabled else ["ignored"])
+    argv = argv_with(env={"SWARMBASE_TEST_PROBE": "1"}) if enabled else None
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(prober)
+            out = await run_script("return await agent('hold')", None, host, RunnerLimits(), argv=argv)
+    return out, result
+
+
+async def test_bridge_probe_runs_code_in_the_runner_process() -> None:
+    out, result = await probe_during_a_run(enabled=True)
+    assert out.ok and out.value == "<hold>"
+    assert result == [["function", True]]
+
+
+async def test_probe_is_ignored_without_the_variable() -> None:
+    out, result = await probe_during_a_run(enabled=False)
+    assert out.ok and out.value == "<hold>"
+    assert result == ["ignored"]
 
 
 FAKE_RUNNER = r"""
