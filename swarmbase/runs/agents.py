@@ -98,6 +98,15 @@ class Agents:
         cached = live.replay.get(t.key)
         if cached is not None:
             return self._replay(live, t.n, o, prompt, opts, cached)
+        if live.replay and live.bridge is not None:
+            # A resumed run: let the runner act on every replayed answer first (a replayed
+            # race winner cancels its losers) before this agent may spawn anything.
+            settle = getattr(live.bridge, "settle", None)
+            if settle is not None:
+                await settle()
+            if t.n in live.stop_reasons:
+                live.slots.withdraw(t.n)
+                return None
         try:
             if o.isolation is not None:
                 raise AgentCallError("agent(): isolation: 'worktree' is not available on this daemon yet")
@@ -284,6 +293,14 @@ class Agents:
         return key
 
     # -- replay, settling and recording --------------------------------------------------
+    def replay_now(self, live: "LiveRun", prompt: str, opts: dict[str, Any], t: Ticket) -> tuple[bool, Any]:
+        """In call order, for the bridge: a journaled success is answered at once."""
+        if t.error is None and t.opts is not None and t.key is not None and t.n <= self.cfg.maxAgentsPerRun:
+            cached = live.replay.get(t.key)
+            if cached is not None:
+                return True, self._replay(live, t.n, t.opts, prompt, opts, cached)
+        return False, None
+
     def _replay(self, live: "LiveRun", n: int, o: AgentOptions, prompt: str, opts: dict[str, Any],
                 cached: dict[str, Any]) -> Any:
         """A journaled success: no process, no spend; recorded and shown as replayed."""
@@ -315,8 +332,14 @@ class Agents:
                 "n": rec.n, "replayed": False}
 
     async def _journal(self, live: "LiveRun", key: str | None, rec: AgentRecord, value: Any) -> None:
+        """Shielded: a result the script was about to get is journaled even if the run is
+        being cancelled right now (a resume then replays it)."""
         if live.journal is None or key is None:
             return
+        with trio.CancelScope(shield=True):
+            await self._journal_line(live, key, rec, value)
+
+    async def _journal_line(self, live: "LiveRun", key: str, rec: AgentRecord, value: Any) -> None:
         await self.sup.journal_append(live, {
             "key": key, "n": rec.n, "label": rec.label, "ok": rec.state == "done", "state": rec.state,
             "result": value, "engine": rec.engine, "model": rec.model, "costUsd": round(rec.cost_usd, 6),

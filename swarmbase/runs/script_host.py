@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..runner import MAX_LOG_CHARS, ScriptOutcome, run_script, runner_spec
+from ..runner import MAX_LOG_CHARS, Answered, ScriptOutcome, run_script, runner_spec
 
 if TYPE_CHECKING:
     from .supervisor import LiveRun, Supervisor
@@ -16,11 +16,22 @@ class ScriptHost:
     def __init__(self, sup: "Supervisor", live: "LiveRun") -> None:
         self.sup = sup
         self.live = live
-        self.bridge: Any = None
+
+    def attach(self, bridge: Any) -> None:
+        self.live.bridge = bridge
 
     def agent_begin(self, prompt: str, opts: dict[str, Any]) -> Any:
-        begin = getattr(self.sup.agents, "begin", None)
-        return begin(self.live, prompt, opts) if begin else None
+        agents = self.sup.agents
+        begin = getattr(agents, "begin", None)
+        if begin is None:
+            return None
+        ticket = begin(self.live, prompt, opts)
+        replay_now = getattr(agents, "replay_now", None)
+        if replay_now is not None:
+            done, value = replay_now(self.live, prompt, opts, ticket)
+            if done:
+                return Answered(value)
+        return ticket
 
     async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
         return await self.sup.agents.call(self.live, prompt, opts, ticket)
