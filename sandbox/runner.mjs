@@ -217,7 +217,12 @@ const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity 
 rl.on('line', (line) => {
   if (!line.trim()) return;
   let msg;
-  try { msg = JSON.parse(line); } catch { return; }
+  try { msg = JSON.parse(line); } catch {
+    // The daemon never sends a line that does not parse; if one arrives the runner's state
+    // cannot be trusted (a lost start or reply would hang the run): fail it at once.
+    return runner.finish({ t: 'done', ok: false, line: null,
+      error: 'runner: a message from the daemon was not valid JSON (' + line.length + ' bytes)' });
+  }
   runner.handle(msg);
 });
 rl.on('close', () => process.exit(runner.finished ? 0 : 3));

@@ -93,6 +93,23 @@ class _Waiter:
     answer: dict[str, Any] | None = None
 
 
+def _dumps(msg: Any) -> str:
+    try:
+        return json.dumps(msg, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(msg), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _valid_source(source: Any) -> bool:
     return isinstance(source, str) or (
         isinstance(source, dict) and set(source) == {"name"} and isinstance(source["name"], str))
@@ -121,8 +138,9 @@ class _Bridge:
             host.bridge = self  # type: ignore[attr-defined]
 
     async def send(self, *msgs: dict[str, Any]) -> None:
-        """Send messages as one write, so no other message falls between them."""
-        data = "".join(json.dumps(m, ensure_ascii=False, separators=(",", ":")) + "\n" for m in msgs).encode()
+        """Send messages as one write, so no other message falls between them. Non-finite
+        numbers (which JSON cannot carry and the runner would refuse) become null."""
+        data = "".join(_dumps(m) + "\n" for m in msgs).encode()
         async with self.send_lock:
             assert self.proc.stdin is not None
             await self.proc.stdin.send_all(data)

@@ -78,13 +78,13 @@ async def on_spawner(fn: Callable[[], Any]) -> Any:
     return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
 
 
-def _child_setup(parent: int, rlimits: Sequence[tuple[int, int]]) -> Callable[[], None]:
+def _child_setup(parent: int, rlimits: Sequence[tuple[int, int, int]]) -> Callable[[], None]:
     def setup() -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(70)
-        for which, value in rlimits:
-            resource.setrlimit(which, (value, value))
+        for which, soft, hard in rlimits:
+            resource.setrlimit(which, (soft, hard))
     return setup
 
 
@@ -127,12 +127,14 @@ class Limits:
     data_bytes: int | None = None
     cpu_seconds: int | None = None
 
-    def rlimits(self) -> list[tuple[int, int]]:
+    def rlimits(self) -> list[tuple[int, int, int]]:
+        """(resource, soft, hard). The CPU hard limit sits a little above the soft one, so
+        the process gets SIGXCPU (which says why it died) before the kernel's SIGKILL."""
         out = []
         if self.data_bytes is not None:
-            out.append((resource.RLIMIT_DATA, self.data_bytes))
+            out.append((resource.RLIMIT_DATA, self.data_bytes, self.data_bytes))
         if self.cpu_seconds is not None:
-            out.append((resource.RLIMIT_CPU, self.cpu_seconds))
+            out.append((resource.RLIMIT_CPU, self.cpu_seconds, self.cpu_seconds + 5))
         return out
 
 

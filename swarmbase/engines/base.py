@@ -68,10 +68,16 @@ class Engine(Protocol):
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict: ...
 
 
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def parse_json_line(line: bytes) -> Any:
+    """One event of a CLI's stream; None for anything that is not strict JSON (NaN and
+    Infinity tokens included: nothing non-finite may reach a result or a record)."""
     try:
-        return json.loads(line)
-    except ValueError:
+        return json.loads(line, parse_constant=_no_constants)
+    except (ValueError, RecursionError):
         return None
 
 
