@@ -47,7 +47,7 @@ class Services:
 def build_services(cfg: Config, agents: AgentService | None = None,
                    limits: RunnerLimits | None = None) -> Services:
     store = RunStore(cfg.state_dir)
-    outbox = Outbox(cfg.state_dir / "outbox.json")
+    outbox = Outbox(cfg.state_dir / "outbox.jsonl")
     meter = Meter() if cfg.engines.codex is not None else None
     sup = Supervisor(cfg, store, outbox, agents=agents, limits=limits, meter=meter)
     return Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter)
@@ -146,9 +146,11 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
             await nursery.start(serve_meter, services.meter)
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
         await nursery.start(partial(services.supervisor.serve, resume=resume))
+        nursery.start_soon(services.outbox.maintain)
         async with trio.open_nursery() as web:
             binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
             url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"
+            services.supervisor.public_base = cfg.publicUrl or url
             task_status.started((url, services))
         # Hypercorn returned after the drain; the supervisor has no runs left.
         nursery.cancel_scope.cancel()

@@ -134,9 +134,9 @@ async def test_sigterm_drains_interrupts_runs_and_kills_runner(tmp_path: Path) -
     assert not any(alive(p) for p in runners)
     run_json = json.loads(next((tmp_path / "s" / "runs").glob(f"*-{run_id}/run.json")).read_text())
     assert run_json["status"] == "interrupted"
-    outbox = json.loads((tmp_path / "s" / "outbox.json").read_text())
-    assert [e["notice"]["eventId"] for e in outbox["entries"]] == [f"{run_id}:end"]
-    assert outbox["entries"][0]["notice"]["tags"][-1] == "swarmbase:interrupted"
+    [entry] = [json.loads(line) for line in (tmp_path / "s" / "outbox.jsonl").read_text().splitlines()]
+    assert entry["op"] == "add" and entry["notice"]["eventId"] == f"{run_id}:end"
+    assert entry["notice"]["tags"][-1] == "swarmbase:interrupted"
 
 
 async def test_minimal_host_client_waits_for_the_end_notice(tmp_path: Path) -> None:

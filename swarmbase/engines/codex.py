@@ -121,7 +121,7 @@ def deny_paths(*, state_dir: Path, own_home: Path, key_files: list[str], config_
     out += [p for p in key_files if p]
     out += [str(p) for p in sorted(state_dir.glob("mcpl-*.token"))]
     out += [str(p) for p in sorted(state_dir.glob("*.key"))]
-    for name in ("outbox.json", "procs"):
+    for name in ("outbox.json", "outbox.jsonl", "procs"):
         out.append(str(state_dir / name))
     runs = state_dir / "runs"
     if runs.is_dir():
