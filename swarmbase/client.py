@@ -104,12 +104,13 @@ class HostClient:
             msg["params"] = params
         await self.ws.send_message(json.dumps(msg))
 
-    async def handshake(self, mcpl_version: str | None = "0.5", grant: bool = True) -> dict[str, Any]:
+    async def handshake(self, mcpl_version: str | None = "0.5", grant: bool = True,
+                        client_name: str = "swarmbase-client") -> dict[str, Any]:
         caps: dict[str, Any] = {}
         if mcpl_version is not None:
             caps = {"experimental": {"mcpl": {"version": mcpl_version, "pushEvents": True, "featureSets": True}}}
         init = await self.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": caps,
-                                                 "clientInfo": {"name": "swarmbase-client", "version": "1"}})
+                                                 "clientInfo": {"name": client_name, "version": "1"}})
         await self.notify("notifications/initialized")
         if mcpl_version is not None and grant:
             if tuple(int(p) for p in mcpl_version.split(".")) >= (0, 5):

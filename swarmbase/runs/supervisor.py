@@ -147,6 +147,9 @@ class Supervisor:
         self.runs: dict[str, Run] = {}
         self.live: dict[str, LiveRun] = {}
         self.accepting = True
+        # Links handed to callers: publicUrl when configured; the daemon replaces the
+        # default with its bound loopback URL once it listens.
+        self.public_base: str = cfg.publicUrl or f"http://127.0.0.1:{cfg.port}"
         self.events = EventHub()
         self._nursery: trio.Nursery | None = None
 
@@ -167,7 +170,7 @@ class Supervisor:
                 run.set_status("interrupted", time.time(), reason="the daemon stopped while the run was in flight")
                 run.error = "interrupted: the daemon stopped while the run was in flight"
                 self.store.save(run)
-                self.outbox.add(run.caller, notices.build(run, None))
+                self.outbox.add(run.caller, notices.build(run, None, url=self.run_url(run.id)))
                 interrupted.append(run)
             if not self._keeps_work(run):
                 self.store.delete_work(run)
@@ -199,6 +202,9 @@ class Supervisor:
         log.info("resumed interrupted run %s as %s", run.id, new.id)
 
     # -- queries ----------------------------------------------------------
+    def run_url(self, run_id: str) -> str:
+        return f"{self.public_base.rstrip('/')}/runs/{run_id}"
+
     def runs_of(self, caller: str) -> list[Run]:
         return sorted((r for r in self.runs.values() if r.caller == caller),
                       key=lambda r: r.created_at, reverse=True)
@@ -335,7 +341,7 @@ class Supervisor:
             self.store.append_log(run, f"run {run.status}: {run.error}", "error")
         if not self._keeps_work(run):
             self.store.delete_work(run)
-        self.outbox.add(run.caller, notices.build(run, preview))
+        self.outbox.add(run.caller, notices.build(run, preview, url=self.run_url(run.id)))
         if preview is not None:
             self.events.publish(run.id, "result", {"text": preview[:100_000]})
         self.live.pop(run.id, None)
