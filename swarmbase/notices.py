@@ -67,9 +67,9 @@ def build_budget_warning(run: Run, spent: float, reserved: float, budget: float,
     threshold, so the resident can cancel before the ceiling."""
     used = spent + reserved
     share = f" ({used / budget:.0%})" if budget > 0 else ""
-    text = (f"Run {run.display_label} ({run.id}) has used ${spent:.2f} and reserved ${reserved:.2f} "
-            f"of its ${budget:.2f} budget{share}. It stops at the budget; cancel it now if the rest "
-            f"is not worth it.")
+    text = (f"Run {run.display_label} ({run.id}) has spent ${spent:.2f} (+ ${reserved:.2f} reserved for "
+            f"agents in flight) of its ${budget:.2f} budget{share}. It stops at the budget; cancel it now "
+            f"if the rest is not worth it.")
     if url:
         text += f"\nDashboard: {url}"
     return {
