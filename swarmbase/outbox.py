@@ -66,9 +66,13 @@ class Outbox:
 
     # -- loading --------------------------------------------------------------
     def _load(self) -> None:
-        outbox_file.remove_temps(self.path)
         legacy_path = self.path.with_name("outbox.json")
-        legacy = outbox_file.read_legacy(legacy_path)
+        try:
+            outbox_file.remove_temps(self.path)
+            legacy = outbox_file.read_legacy(legacy_path)
+        except OSError as e:        # unreadable or read-only now: it stays for the next start
+            log.error("cannot read %s (%s); it is left as it is", legacy_path, e.strerror or e)
+            legacy = outbox_file.Legacy([])
         if legacy.damaged_copy is not None:
             self.recovered_from_damage = True
             log.warning("outbox.json was damaged; kept %d notices, the original is at %s",
@@ -96,8 +100,9 @@ class Outbox:
             log.warning("%s ended in a torn line (a crash mid-write); it was skipped", self.path.name)
         self._file_lines = len(loaded.records)
         self._file_live = sum(1 for rec in loaded.records if rec["op"] == "add" and rec["eventId"] in self._caller_of)
-        if legacy_path.exists() or legacy.damaged_copy is not None or loaded.damaged_copy or loaded.intact_tail:
-            self._legacy = legacy_path if legacy_path.exists() else None
+        migrating = legacy.found
+        if migrating or loaded.damaged_copy or loaded.intact_tail:
+            self._legacy = legacy_path if migrating and legacy_path.exists() else None
             self._rewrite_now()
 
     def _rewrite_now(self) -> None:

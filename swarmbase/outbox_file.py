@@ -93,6 +93,7 @@ def read_log(path: Path) -> Loaded:
 class Legacy:
     entries: list[dict[str, Any]]
     damaged_copy: Path | None = None
+    found: bool = False
 
 
 def read_legacy(path: Path) -> Legacy:
@@ -111,7 +112,7 @@ def read_legacy(path: Path) -> Legacy:
         copy = path.with_name(f"{path.name}.damaged-{_utc_stamp()}")
         path.rename(copy)
     good = [e for e in entries if isinstance(e, dict) and "caller" in e and isinstance(e.get("notice"), dict)]
-    return Legacy(good, copy)
+    return Legacy(good, copy, found=True)
 
 
 def _salvage(raw: bytes) -> list[dict[str, Any]]:

@@ -170,10 +170,10 @@ async def test_maintain_compacts_in_the_background(tmp_path: Path, autojump_cloc
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ob.maintain)
-            for i in range(1000):
+            for i in range(300):
                 ob.add("a", notice(i))
                 ob.ack(notice(i)["eventId"])
-                if i % 100 == 0:
+                if i % 50 == 0:
                     await trio.sleep(0)
             ob.add("a", notice(5000))
             while len(lines(p)) > 1:
@@ -308,3 +308,21 @@ def test_unreadable_log_at_boot_does_not_stop_the_outbox(tmp_path: Path, monkeyp
     ob.add("a", notice(1))                  # appended after what is there; nothing cut
     monkeypatch.undo()
     assert ids(Outbox(p).pending("a")) == ids([notice(0), notice(1)])
+
+
+def test_empty_outbox_json_is_retired_and_an_unreadable_one_left_alone(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    legacy = tmp_path / "outbox.json"
+    legacy.write_text(json.dumps({"schema": 1, "entries": []}))
+    Outbox(tmp_path / "outbox.jsonl")
+    assert not legacy.exists()
+    legacy.write_text(json.dumps({"schema": 1, "entries": [{"caller": "a", "notice": notice(1)}]}))
+
+    def eio(path: Path) -> Any:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(outbox_file, "read_legacy", eio)
+    assert Outbox(tmp_path / "outbox.jsonl").pending("a") == []
+    assert legacy.exists()                       # kept for the next start
+    monkeypatch.undo()
+    assert ids(Outbox(tmp_path / "outbox.jsonl").pending("a")) == ids([notice(1)])
+    assert not legacy.exists()
