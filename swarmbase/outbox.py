@@ -62,6 +62,7 @@ class Outbox:
         self._legacy: Path | None = None     # outbox.json to delete once its entries are written
         self._capture: list[tuple[str, str, bytes]] | None = None   # lines written while compacting
         self._wake = trio.Event()
+        self.compactions = 0
         self._load()
 
     # -- loading --------------------------------------------------------------
@@ -293,5 +294,6 @@ class Outbox:
         queued_adds = sum(1 for op, _, _ in self._queue if op == "add")
         self._file_live = len(self) - queued_adds
         self._unsynced = False
+        self.compactions += 1
         log.info("compacted %s to %d live notices", self.path.name, len(snapshot))
         return True
