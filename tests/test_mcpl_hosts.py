@@ -19,7 +19,6 @@ from swarmbase.runner import RunnerLimits
 from .conftest import Env, run_to_end, start_daemon, write_config
 from .hosts import AgentFrameworkLike, HarnessCrashed, HarnessLike
 
-
 # -- featureSets form per host ---------------------------------------------------------
 
 def test_agent_framework_like_host_refuses_the_array_form() -> None:

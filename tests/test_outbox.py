@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 from swarmbase import outbox as outbox_mod
@@ -177,7 +178,7 @@ async def test_maintain_compacts_in_the_background(tmp_path: Path) -> None:
                 ob.add("a", notice(i))
                 ob.ack(notice(i)["eventId"])
                 if i % 50 == 0:
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
             while ob.compactions == 0 or ob.compaction_due():
                 await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
