@@ -322,7 +322,7 @@ def _sandbox_checks(cfg: Config, search_path: str | None) -> Config:
     if mode == "bwrap" and not shutil.which("bwrap", path=search_path):
         raise ConfigError('sandbox: "bwrap" (the default) but bubblewrap is not installed; install it '
                           '(Debian/Ubuntu: apt-get install bubblewrap) or set "sandbox": "none"')
-    homes = expand(cfg.homesDir) if cfg.homesDir else str(cfg.state_dir / "homes")
+    homes = expand(cfg.homesDir) if cfg.homesDir else os.path.abspath(cfg.state_dir / "homes")
     if not os.path.isabs(homes):
         raise ConfigError(f"homesDir: {homes!r} must be an absolute path")
     if mode == "none" and cfg.engines.codex is not None and cfg.engines.codex.baseUrl and under_temp_dir(homes):

@@ -69,7 +69,7 @@ def caller_secrets(cfg: Config) -> list[str]:
 def build_services(cfg: Config, agents: AgentService | None = None,
                    limits: RunnerLimits | None = None) -> Services:
     store = RunStore(cfg.state_dir)
-    outbox = Outbox(cfg.state_dir / "outbox.json")
+    outbox = Outbox(cfg.state_dir / "outbox.jsonl")
     launcher = LocalLauncher(mode=cfg.sandbox_mode, homes=cfg.homes_dir, procs=cfg.state_dir / "procs",
                              forbidden=[cfg.state_dir, cfg.homes_dir])
     sup = Supervisor(cfg, store, outbox, agents=agents, limits=limits, launcher=launcher)
@@ -195,6 +195,7 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         log.info("shutting down: stopping runs")
         await services.supervisor.shutdown()
         services.outbox.flush()
+        services.outbox.close()
         services.drain.set()
         services.supervisor.events.wake_all()   # SSE streams see the drain and end
         await trio.sleep(0.1)
@@ -204,11 +205,11 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
             await nursery.start(serve_meter, services.meter)
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
         await nursery.start(partial(services.supervisor.serve, resume=resume))
+        nursery.start_soon(services.outbox.maintain)
         async with trio.open_nursery() as web:
             binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
             url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"
-            if not cfg.publicUrl:
-                services.supervisor.public_base = url
+            services.supervisor.public_base = cfg.publicUrl or url
             task_status.started((url, services))
         # Hypercorn returned after the drain; the supervisor has no runs left.
         nursery.cancel_scope.cancel()

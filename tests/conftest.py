@@ -25,6 +25,17 @@ from swarmbase import config, daemon
 from swarmbase.runner import RUNNER, RunnerLimits
 
 
+CLAUDE = Path(__file__).resolve().parent / ".tools" / "node_modules" / ".bin" / "claude"
+
+
+@pytest.fixture
+def claude_bin() -> str:
+    """The real Claude Code CLI (installed by tests/install.sh); a missing one fails, never skips."""
+    if not CLAUDE.exists():
+        pytest.fail(f"the Claude Code CLI is not installed at {CLAUDE}: run bash tests/install.sh")
+    return str(CLAUDE)
+
+
 @attrs.define
 class Env:
     state: Path

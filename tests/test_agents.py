@@ -227,7 +227,7 @@ async def test_status_shows_phases_agents_and_costs(tmp_path: Path, nursery: tri
     assert [a["label"] for a in st["phases"][0]["agents"]] == ["first"]
     assert sorted(a["label"] for a in st["phases"][1]["agents"]) == ["x", "y"]
     assert all(a["state"] == "done" and a["costUsd"] == 0.01 for p in st["phases"] for a in p["agents"])
-    assert st["spentUsd"] == pytest.approx(0.03) and st["agents"] == {"done": 3, "total": 3}
+    assert st["spentUsd"] == pytest.approx(0.03) and st["agents"] == {"done": 3, "total": 3, "running": 0}
 
 
 async def test_fifo_across_runs_no_starvation(tmp_path: Path, nursery: trio.Nursery) -> None:

@@ -21,10 +21,9 @@ from swarmbase.procs import process_start_time
 from swarmbase.runs.model import Run
 from swarmbase.runs.store import RunStore
 
-from .conftest import descendants, process_table, start_cli_daemon, write_config
+from .conftest import CLAUDE, descendants, process_table, start_cli_daemon, write_config
 from .fakes import fake_claude
 from .fakes.anthropic_api import FakeAnthropic
-from .test_claude_engine import CLAUDE
 
 KEY = "sk-ant-crash-" + secrets.token_hex(12)
 

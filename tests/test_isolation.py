@@ -20,10 +20,9 @@ from swarmbase import config
 from swarmbase.launch.local import LocalLauncher
 from swarmbase.runner import RUNNER_ENV, run_script, runner_spec
 
-from .conftest import Env, agent_json, descendants, process_table, result_of, run_to_end, start_daemon, write_config
+from .conftest import CLAUDE, Env, agent_json, descendants, process_table, result_of, run_to_end, start_daemon, write_config
 from .fakes.anthropic_api import FakeAnthropic
 from .script_host import Host
-from .test_claude_engine import CLAUDE, claude_bin  # noqa: F401  (fixture)
 
 ALICE_KEY = "sk-ant-alice-" + secrets.token_hex(16)
 BOB_KEY = "sk-ant-bob-" + secrets.token_hex(16)

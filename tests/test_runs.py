@@ -47,7 +47,8 @@ async def test_notice_reaches_connected_host_exactly(running: Env) -> None:
             n = await h.wait_notice(f"{run_id}:end")
     assert n["featureSet"] == "swarmbase.notify"
     assert n["eventId"] == f"{run_id}:end"
-    assert n["origin"] == {"source": "swarmbase", "kind": "run-end", "runId": run_id}
+    assert n["origin"] == {"source": "swarmbase", "kind": "run-end", "runId": run_id,
+                           "url": f"{running.url}/runs/{run_id}"}
     assert n["tags"] == ["surface:done", "swarmbase:run-end", "swarmbase:completed"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", n["timestamp"])
     [block] = n["payload"]["content"]
@@ -114,8 +115,8 @@ async def test_offline_caller_gets_notices_on_connect_oldest_first(env: Env, nur
             await trio.sleep(0.02)
         queued = [n["eventId"] for n in env.services.outbox.pending("bob")]
         assert sorted(queued) == sorted(f"{i}:end" for i in ids)
-        on_disk = json.loads((env.state / "outbox.json").read_text())
-        assert [e["notice"]["eventId"] for e in on_disk["entries"]] == queued
+        on_disk = [json.loads(line) for line in (env.state / "outbox.jsonl").read_text().splitlines()]
+        assert [e["notice"]["eventId"] for e in on_disk if e["op"] == "add"] == queued
         async with connect(env.ws, env.tokens["bob"]) as h:
             await h.handshake()
             got = [await h.notices.receive() for _ in ids]

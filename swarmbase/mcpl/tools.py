@@ -119,7 +119,13 @@ def _run(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
         run = sup.start(caller, a)
     except RunRefused as e:
         raise ToolError(str(e)) from None
-    return {"runId": run.id}
+    return {"runId": run.id, "url": sup.run_url(run.id)}
+
+
+def _row(sup: Supervisor, run: Any) -> dict[str, Any]:
+    """A run's summary with its dashboard link (publicUrl-based when configured) and, while
+    it runs, what its agents hold reserved."""
+    return sup.summary(run)
 
 
 def _get(sup: Supervisor, caller: Caller, run_id: str) -> Any:
@@ -131,7 +137,7 @@ def _get(sup: Supervisor, caller: Caller, run_id: str) -> Any:
 
 def _status(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     run = _get(sup, caller, a["runId"])
-    out = sup.summary(run)
+    out = _row(sup, run)
     out["profile"] = run.profile
     out["model"] = run.model
     try:
@@ -173,14 +179,14 @@ def _resume(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any
         run = sup.resume(caller, a["runId"], a)
     except RunRefused as e:
         raise ToolError(str(e)) from None
-    return {"runId": run.id, "resumedFrom": a["runId"]}
+    return {"runId": run.id, "resumedFrom": a["runId"], "url": sup.run_url(run.id)}
 
 
 def _list(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     runs = sup.runs_of(caller.name)
     if a.get("status"):
         runs = [r for r in runs if r.status == a["status"]]
-    return {"runs": [r.summary() for r in runs[: a.get("limit", 20)]]}
+    return {"runs": [_row(sup, r) for r in runs[: a.get("limit", 20)]]}
 
 
 def _guide(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:

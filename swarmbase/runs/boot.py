@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import fsutil, notices
 from ..procs import reap_recorded_groups
-from .model import Run
+from .model import TERMINAL, Run
 from .records import ENDED, AgentRecord
 from .store import DamagedFile, quarantine
 
@@ -58,7 +58,8 @@ def recover(sup: "Supervisor") -> list[Run]:
         sup.runs[run.id] = run
         if run.active:
             _interrupt(sup, run)
-            interrupted.append(run)
+            if run.status == "interrupted":
+                interrupted.append(run)
         if not sup.keeps_work(run):
             sup.store.delete_work(run)
     _link_resumes(sup)
@@ -66,7 +67,20 @@ def recover(sup: "Supervisor") -> list[Run]:
 
 
 def _interrupt(sup: "Supervisor", run: Run) -> None:
+    """A run the dead daemon left in flight ends as interrupted — unless its end notice is
+    already queued: then it had ended and only its final record was not written; the notice
+    (the durable word on how it ended) completes the record."""
     now = time.time()
+    queued = sup.outbox.notice(notices.event_id(run.id))
+    ended = next((t.split(":", 1)[1] for t in (queued or {}).get("tags", [])
+                  if t.startswith("swarmbase:") and t.split(":", 1)[1] in TERMINAL), None)
+    if ended is not None:
+        run.set_status(ended, now, reason="recorded at boot from its queued end notice")
+        try:
+            sup.store.save(run)
+        except OSError as e:
+            log.error("run %s: could not record its end: %s", run.id, e)
+        return
     run.set_status("interrupted", now, reason=INTERRUPTED)
     run.error = f"interrupted: {INTERRUPTED}"
     try:
@@ -78,7 +92,7 @@ def _interrupt(sup: "Supervisor", run: Run) -> None:
         sup.store.append_log(run, f"run interrupted: {INTERRUPTED}", "error")
     except OSError as e:
         log.error("run %s: could not record the interruption: %s", run.id, e)
-    sup.outbox.add(run.caller, notices.build(run, None, sup.run_url(run.id)))
+    sup.outbox.add(run.caller, notices.build(run, None, url=sup.run_url(run.id)))
 
 
 def _interrupt_agents(sup: "Supervisor", run: Run) -> None:

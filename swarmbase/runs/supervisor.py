@@ -133,6 +133,9 @@ class Supervisor:
         self.runs: dict[str, Run] = {}
         self.live: dict[str, LiveRun] = {}
         self.accepting = True
+        # Links handed to callers: publicUrl when configured; the daemon replaces the
+        # default with its bound loopback URL once it listens.
+        self.public_base: str = cfg.publicUrl or f"http://127.0.0.1:{cfg.port}"
         self.events = EventHub()
         self.redact = Redactor()
         self.damaged: list[dict[str, Any]] = []
@@ -185,7 +188,7 @@ class Supervisor:
 
     # -- queries ----------------------------------------------------------
     def run_url(self, run_id: str) -> str:
-        return f"{self.public_base}/runs/{run_id}"
+        return f"{self.public_base.rstrip('/')}/runs/{run_id}"
 
     def runs_of(self, caller: str) -> list[Run]:
         return sorted((r for r in self.runs.values() if r.caller == caller),
@@ -410,15 +413,17 @@ class Supervisor:
             run.set_status("failed", now)
         if run.error and run.status != "completed":
             live.writes.log.append(self.store.log_entry(f"run {run.status}: {run.error}", "error"))
-        # The notice first: a crash before run.json is rewritten makes the next boot mark
-        # the run interrupted, whose notice (same eventId) is then a duplicate; the other
-        # order could lose the notice for good.
-        self.outbox.add(run.caller, notices.build(run, preview, self.run_url(run.id)))
+        # The notice is queued (durably) first and held until the final record is written:
+        # a crash in between leaves the notice, from which the next boot completes the record
+        # (boot.py); the other order could lose the notice for good.
+        notice = notices.build(run, preview, url=self.run_url(run.id))
+        self.outbox.add(run.caller, notice, hold=True)
         try:
             await flush.write(self, live, final=True)
         except OSError as e:
             log.error("run %s: its end could not be written (%s); kept in memory, retried", run.id, e)
             self.unsaved[run.id] = run
+        self.outbox.release(notice["eventId"])
         if not self.keeps_work(run):
             self.store.delete_work(run)
         if preview is not None:
