@@ -11,6 +11,7 @@ import jsonschema
 from .. import guide
 from ..config import Caller
 from ..runs.model import STATUSES, TERMINAL
+from ..runs import workflows
 from ..runs.store import DamagedFile
 from ..runs.supervisor import EFFORTS, RunRefused, Supervisor
 from .jsonrpc import INVALID_PARAMS, RpcError
@@ -42,6 +43,12 @@ TOOLS: list[dict[str, Any]] = [
                 "budgetUsd": {"type": "number", "exclusiveMinimum": 0},
                 "budgetTokens": {"type": "integer", "minimum": 1},
                 "keepWork": {"type": "boolean", "description": "Keep the run's work/ dir after it ends"},
+                "timeoutMs": {"type": "integer", "minimum": 1000,
+                              "description": "The run's wall-clock limit (default runTimeoutMs; at most the "
+                                             "caller's runTimeoutMaxMs)"},
+                "budgetWarnAt": {"type": "number", "exclusiveMinimum": 0, "maximum": 1,
+                                 "description": "Fraction of budgetUsd at which spent + reserved sends one "
+                                                "budget-warning notice (default the caller's, 0.8)"},
             },
             "required": ["script"],
             "additionalProperties": False,
@@ -92,6 +99,20 @@ TOOLS: list[dict[str, Any]] = [
         "description": "The script authoring reference: hooks, agent options, profiles, budgets, determinism rules, examples.",
         "inputSchema": {"type": "object", "properties": {"topic": {"enum": guide.TOPICS}},
                         "additionalProperties": False},
+    },
+    {
+        "name": "workflows",
+        "description": "The caller's saved workflows (run them from a script with workflow({name}, args, opts)).",
+        "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
+    },
+    {
+        "name": "save_workflow",
+        "description": ("Save a script as a named workflow of this caller, for workflow({name}) in later scripts. "
+                        "Saving under an existing name replaces it."),
+        "inputSchema": {"type": "object", "properties": {
+            "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+            "script": {"type": "string", "minLength": 1, "maxLength": MAX_SCRIPT_CHARS}},
+            "required": ["name", "script"], "additionalProperties": False},
     },
 ]
 
@@ -193,9 +214,21 @@ def _guide(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]
     return {"topic": a.get("topic", "all"), "text": guide.text(a.get("topic"))}
 
 
+def _workflows(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    return {"workflows": workflows.listing(sup.cfg.state_dir, caller.name)}
+
+
+def _save_workflow(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        workflows.save(sup.cfg.state_dir, caller.name, a["name"], a["script"])
+    except OSError as e:
+        raise ToolError(f"the workflow could not be saved: {e.strerror or e}") from None
+    return {"name": a["name"], "saved": True}
+
+
 HANDLERS: dict[str, Callable[[Supervisor, Caller, dict[str, Any]], dict[str, Any]]] = {
     "run": _run, "status": _status, "result": _result, "cancel": _cancel, "resume": _resume, "list": _list,
-    "guide": _guide,
+    "guide": _guide, "workflows": _workflows, "save_workflow": _save_workflow,
 }
 
 

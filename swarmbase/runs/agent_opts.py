@@ -48,11 +48,13 @@ class AgentOptions:
     detail: bool = False
     schema_retries: int = 1
 
-    def key_material(self, prompt: str, args_digest: str) -> str:
-        """The content key of this call (before its occurrence index)."""
+    def key_material(self, prompt: str, args_digest: str, workflow: str | None = None) -> str:
+        """The content key of this call (before its occurrence index); a nested workflow's
+        agents carry its path."""
         extra = {"isolation": self.isolation, "base": self.base} if self.isolation else {}
         return journal.base_key(engine=self.engine, model=self.model, profile=self.profile, effort=self.effort,
-                                schema=self.schema, cwd=self.cwd, prompt=prompt, args_digest=args_digest, **extra)
+                                schema=self.schema, cwd=self.cwd, prompt=prompt, args_digest=args_digest,
+                                workflow=workflow, **extra)
 
 
 def _type(name: str, value: Any, kind: type | tuple[type, ...], what: str) -> None:
@@ -96,7 +98,9 @@ def default_model(engine: str, run: Run, caller: Caller, cfg: Config) -> str | N
 
 
 def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Config, n: int,
-            default_timeout_ms: int) -> AgentOptions:
+            default_timeout_ms: int, profile: str | None = None) -> AgentOptions:
+    """`profile`: the calling script's profile (a nested workflow's may be lower than the
+    run's): the default for agents, and their ceiling besides the caller's maxProfile."""
     if not isinstance(prompt, str) or not prompt:
         raise OptionError("agent(): the prompt must be a non-empty string")
     if len(prompt) > MAX_PROMPT_CHARS:
@@ -126,11 +130,14 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     effort = opts.get("effort", run.effort)
     if effort is not None and effort not in EFFORTS:
         raise OptionError(f"agent(): opts.effort must be one of {', '.join(EFFORTS)}, got {str(effort)[:50]!r}")
-    profile = opts.get("profile", run.profile)
+    scope_profile = profile or run.profile
+    profile = opts.get("profile", scope_profile)
     if profile not in PROFILES:
         raise OptionError(f"agent(): opts.profile must be one of {', '.join(PROFILES)}, got {str(profile)[:50]!r}")
     if PROFILES.index(profile) > PROFILES.index(caller.maxProfile):
         raise OptionError(f"agent(): profile {profile!r} is above this caller's maxProfile {caller.maxProfile!r}")
+    if scope_profile != run.profile and PROFILES.index(profile) > PROFILES.index(scope_profile):
+        raise OptionError(f"agent(): profile {profile!r} is above this workflow's profile {scope_profile!r}")
     schema = opts.get("schema")
     if schema is not None:
         _type("schema", schema, dict, "a JSON Schema object")

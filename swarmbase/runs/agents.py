@@ -30,7 +30,9 @@ from ..engines.verdict import Verdict
 from ..runner import AgentCallError
 from . import records
 from .agent_opts import AgentOptions, OptionError, resolve
-from .budget import BudgetSpent
+from . import nudge
+from .budget import MIN_USD, BudgetSpent
+from .model import iso
 from .records import AgentRecord, Transcript, redact_value
 
 if TYPE_CHECKING:
@@ -74,15 +76,14 @@ class Agents:
     # -- the ScriptHost side -------------------------------------------------------
     def begin(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Ticket:
         """In call order: the agent's number, its resolved options and its journal key."""
-        live.agent_count += 1
-        n = live.agent_count
+        n = live.next_agent_number()
         try:
-            o = resolve(prompt, opts, live.run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs)
+            o = resolve(prompt, opts, live.run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs, profile=live.profile)
         except OptionError as e:
             return Ticket(n=n, error=str(e))
         except (ValueError, TypeError, RecursionError) as e:   # hostile shapes: never take the run down
             return Ticket(n=n, error=f"agent(): invalid options ({type(e).__name__})")
-        key = live.keys.key(o.key_material(prompt, live.args_digest))
+        key = live.keys.key(o.key_material(prompt, live.args_digest, workflow=live.workflow_path or None))
         if key not in live.replay and n <= self.cfg.maxAgentsPerRun:
             live.slots.register(n)
         return Ticket(n=n, key=key, opts=o)
@@ -176,7 +177,7 @@ class Agents:
             with trio.CancelScope(shield=True):
                 if rec.state not in records.ENDED:
                     self._settle(live, rec, o, reserved, reserved_tokens, verdict, usage)
-                    stop = live.stop_reasons.get(t.n)
+                    stop = live.stop_reasons.get(t.n) or self._workflow_stop(live, rec.workflow)
                     if isinstance(exc, AgentCallError):
                         self._end(live, rec, "failed", error=str(exc))
                     elif stop is not None and is_cancellation(exc):
@@ -218,6 +219,7 @@ class Agents:
                 self.sup.agent_changed(live, rec)
                 got = await live.usd.reserve(cap)
             reserved = got
+            self.sup.spend_changed(live)
             if o.engine == "codex":
                 cx = self.cfg.engines.codex
                 assert cx is not None
@@ -262,14 +264,42 @@ class Agents:
         publish_line = getattr(self.sup.events, "publish_agent_line", None)
         transcript = Transcript(rec.dir / "transcript.jsonl", self.sup.redact,
                                 on_entry=(lambda entry: publish_line(run.id, rec.n, entry)) if publish_line else None)
-        io = AgentIO(launcher=self.launcher, transcript=transcript.append, usage=usage,
-                     usage_changed=usage_changed, started=started)
+        engine = self.engines[o.engine]
+        done = LiveUsage()                       # what finished turns (schema nudges) used
+
+        def turn_io() -> AgentIO:
+            turn = LiveUsage()
+
+            def changed() -> None:
+                usage.tokens, usage.cost_usd = done.tokens + turn.tokens, done.cost_usd + turn.cost_usd
+                usage.responses, usage.priced = done.responses + turn.responses, turn.priced
+                usage_changed()
+            return AgentIO(launcher=self.launcher, transcript=transcript.append, usage=turn,
+                           usage_changed=changed, started=started)
+
         rec.set_state("running")
         self.sup.agent_changed(live, rec)
-        engine = self.engines[o.engine]
         try:
             with trio.move_on_after(o.timeout_ms / 1000) as deadline:
-                verdict = await engine.run(job, io)
+                io = turn_io()
+                verdict = total = await engine.run(job, io)
+                attempt = 0
+                while verdict.schema_error and attempt < o.schema_retries:
+                    left = reserved - (total.cost_usd or 0.0)
+                    if left < MIN_USD:
+                        break
+                    attempt += 1
+                    done.tokens, done.cost_usd = total.tokens, total.cost_usd or 0.0
+                    done.responses += max(io.usage.responses, 1)
+                    transcript.append(json.dumps({"type": "swarmbase", "subtype": "schema-nudge", "attempt": attempt,
+                                                  "schemaError": verdict.schema_error}).encode())
+                    rec.history.append({"state": "running", "at": iso(time.time()), "schemaRetry": attempt,
+                                        "schemaError": verdict.schema_error})
+                    io = turn_io()
+                    verdict = await engine.run(attrs.evolve(job, prompt=nudge.prompt(prompt, verdict, attempt),
+                                                            max_usd=left), io)
+                    total = nudge.add(total, verdict)
+                verdict = total
         finally:
             transcript.close()
         rec.priced = usage.priced
@@ -300,6 +330,14 @@ class Agents:
             if cached is not None:
                 return True, self._replay(live, t.n, t.opts, prompt, opts, cached)
         return False, None
+
+    @staticmethod
+    def _workflow_stop(live: Any, path: str) -> tuple[str, str] | None:
+        """An agent inside a workflow the script gave up (a race or waitN loser)."""
+        for p, reason in live.root.cancelled_workflows.items():
+            if path == p or path.startswith(p + "/"):
+                return "cancelled", f"cancelled: {reason} (workflow {p})"
+        return None
 
     def _replay(self, live: "LiveRun", n: int, o: AgentOptions, prompt: str, opts: dict[str, Any],
                 cached: dict[str, Any]) -> Any:
@@ -374,8 +412,6 @@ class Agents:
         live.usd.settle(reserved, cost)
         if o.engine == "codex":
             live.tokens.settle(reserved_tokens, tokens.total)
-        live.run.spent_usd = live.usd.ledger.spent
-        live.run.spent_tokens = int(live.tokens.ledger.spent)
         live.run.spent_estimated = live.run.spent_estimated or estimated
         self.sup.spend_changed(live)
 

@@ -77,6 +77,12 @@ class LiveRun:
     writes: flush.Pending = attrs.Factory(flush.Pending)
     log_bytes: int = 0
     bridge: Any = None
+    scopes: dict[str, Any] = attrs.Factory(dict)       # live nested workflows by path
+    cancelled_workflows: dict[str, str] = attrs.Factory(dict)   # path -> why the script gave it up
+    workflows_total: int = 0
+    warned: bool = False                                 # the budget warning went out
+    depth: int = 0                                       # the root script; workflows count from 1
+    workflow_calls: int = 0                              # workflow() calls made by the root script
 
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
@@ -85,9 +91,23 @@ class LiveRun:
             self.tokens = BudgetGate(Ledger(total=float(self.run.budget_tokens), minimum=TOKEN_MINIMUM), what="tokens")
         self.args_digest = journal_mod.args_hash(self.run.args)
 
-    def add_agent(self, rec: AgentRecord) -> None:
-        """Count an agent in the run and file it under the current phase."""
-        phase = self.phase_for_agents()
+    # -- the scope interface (shared with workflows.WorkflowScope) -------------------
+
+    @property
+    def profile(self) -> str:
+        return self.run.profile
+
+    @property
+    def root(self) -> "LiveRun":
+        return self
+
+    def next_agent_number(self) -> int:
+        self.agent_count += 1
+        return self.agent_count
+
+    def add_agent(self, rec: AgentRecord, path: str = "") -> None:
+        """Count an agent in the run and file it under its workflow's current phase."""
+        phase = self.phase_for(path)
         phase["agents"].append(rec.n)
         rec.phase = phase["title"]
         self.agents[rec.n] = rec
@@ -96,16 +116,36 @@ class LiveRun:
     def budget_view(self) -> dict[str, Any]:
         return {**self.usd.ledger.view(), "tokens": self.tokens.ledger.view()}
 
-    def phase_for_agents(self) -> dict[str, Any]:
-        """The current phase; agents started before any phase() go to an implicit 'main'."""
-        if not self.phases:
-            self.phases.append({"title": "main", "workflow": self.workflow_path, "agents": []})
+    def phase_for(self, path: str) -> dict[str, Any]:
+        """A workflow's current phase; agents started before any phase() go to an implicit
+        one ('main' for the root script, the workflow's label for a nested one)."""
+        for p in reversed(self.phases):
+            if p.get("workflow", "") == path:
+                return p
+        scope = self.scopes.get(path)
+        title = "main" if not path else (scope.call.label if scope is not None else f"workflow {path}")
+        self.phases.append({"title": title, "workflow": path, "agents": []})
         return self.phases[-1]
+
+    def phase_for_agents(self) -> dict[str, Any]:
+        return self.phase_for("")
 
     def phases_view(self) -> list[dict[str, Any]]:
         return [{"title": p["title"], "workflow": p.get("workflow", ""),
                  "agents": [self.agents[n].row() for n in p["agents"] if n in self.agents]}
                 for p in self.phases]
+
+    def totals(self) -> tuple[float, int, float, int]:
+        """(spent USD, spent tokens, reserved USD, reserved tokens) across the run: the root's
+        ledgers hold what finished workflows spent; live workflows' slices are counted
+        from their own ledgers (each ledger once)."""
+        usd = {id(self.usd.ledger): self.usd.ledger}
+        tok = {id(self.tokens.ledger): self.tokens.ledger}
+        for scope in self.scopes.values():
+            usd.setdefault(id(scope.usd.ledger), scope.usd.ledger)
+            tok.setdefault(id(scope.tokens.ledger), scope.tokens.ledger)
+        return (sum(lg.spent for lg in usd.values()), int(sum(lg.spent for lg in tok.values())),
+                self.usd.ledger.reserved, int(self.tokens.ledger.reserved))
 
     @property
     def running(self) -> int:
@@ -234,7 +274,7 @@ class Supervisor:
         return out
 
     # -- changes ------------------------------------------------------------
-    def _notify(self, method: str, *args: Any) -> None:
+    def notify(self, method: str, *args: Any) -> None:
         for obs in self.observers:
             try:
                 getattr(obs, method, lambda *a: None)(*args)
@@ -250,13 +290,33 @@ class Supervisor:
         live.writes.agent(rec)
         if rec.state in ENDED:
             live.writes.urgent.set()
-            self._notify("agent_ended", live.run, rec)
+            self.notify("agent_ended", live.run, rec)
         elif rec.state == "running":
-            self._notify("agent_started", live.run, rec)
+            self.notify("agent_started", live.run, rec)
         self.changed(live.run)
 
-    def spend_changed(self, live: LiveRun) -> None:
+    def spend_changed(self, scope: Any) -> None:
+        """Spend or reservations moved somewhere in the run: totals, and the once-per-run
+        budget warning when spent + reserved crosses budgetWarnAt of the budget."""
+        live = scope.root
+        run = live.run
+        spent, spent_tokens, reserved, _ = live.totals()
+        run.spent_usd, run.spent_tokens = spent, spent_tokens
         live.writes.run_dirty = True
+        warn_at = run.budget_warn_at if run.budget_warn_at is not None else live.caller.budgetWarnAt
+        if not live.warned and run.budget_usd > 0 and spent + reserved >= warn_at * run.budget_usd:
+            live.warned = True
+            self._budget_warning(live, spent, reserved)
+
+    def _budget_warning(self, live: LiveRun, spent: float, reserved: float) -> None:
+        run = live.run
+        message = (f"budget warning: ${spent:.2f} spent + ${reserved:.2f} reserved of ${run.budget_usd:.2f} "
+                   f"(budgetWarnAt {run.budget_warn_at if run.budget_warn_at is not None else live.caller.budgetWarnAt:g})")
+        self.record_log(run, message, "warning")
+        self.events.publish(run.id, "budget-warning", {"spentUsd": round(spent, 6), "reservedUsd": round(reserved, 6),
+                                                       "budgetUsd": run.budget_usd})
+        self.outbox.add(run.caller, notices.build_budget_warning(run, spent, reserved, run.budget_usd,
+                                                                 self.run_url(run.id)))
 
     def changed(self, run: Run) -> None:
         row = {**self.summary(run), "caller": run.caller, "createdAtEpoch": run.created_at,
@@ -340,7 +400,7 @@ class Supervisor:
             self.record_log(run, f"resume: {carried.torn} torn journal line(s) of {run.resumed_from} skipped", "warning")
         self._nursery.start_soon(self._run, live)
         self.changed(run)
-        self._notify("run_started", run)
+        self.notify("run_started", run)
         return run
 
     async def _run(self, live: LiveRun) -> None:
@@ -431,7 +491,7 @@ class Supervisor:
         self.live.pop(run.id, None)
         live.finished.set()
         self.changed(run)
-        self._notify("run_ended", run)
+        self.notify("run_ended", run)
 
     def resume(self, caller: Caller, run_id: str, params: dict[str, Any]) -> Run:
         """A new run of the same script; agents whose keys succeeded in the old journal replay."""

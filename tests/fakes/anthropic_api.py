@@ -7,6 +7,8 @@ The scenario is chosen by a marker in the prompt text, `[[name]]` or `[[name:arg
   [[usage:IN,OUT]]    plain reply whose usage is IN input and OUT output tokens (drives cost)
   [[structured:JSON]] call the StructuredOutput tool with JSON as input
   [[textonly]]        answer with text even when a schema asks for StructuredOutput
+  [[badonce:JSON]]    text only (no structured output) until the prompt carries SwarmBase's
+                      schema nudge; then call StructuredOutput with JSON
   [[read:PATH]]       call Read on PATH, then reply with what the tool returned
   [[bash:COMMAND]]    call Bash with COMMAND, then reply with what the tool returned
   [[bashhang:COMMAND]] call Bash with COMMAND, then hang on the next turn (message_start only)
@@ -14,6 +16,7 @@ The scenario is chosen by a marker in the prompt text, `[[name]]` or `[[name:arg
   [[slow:SECONDS]]    stream the reply with a pause of SECONDS between events
   [[hang]]            send message_start, then never finish
   [[sleep:SECONDS]]   wait before answering (a slow but healthy agent)
+  [[gate]]            wait until the test sets `gate` (an event), then answer
   [[echokey]]         reply with the x-api-key header it received (a leaking agent)
 
 Every request is recorded (headers and body) with the time it arrived; `live` counts
@@ -88,6 +91,7 @@ class FakeAnthropic:
     max_live: int = 0
     url: str = ""
     closed_early: int = 0
+    gate: trio.Event = attrs.Factory(trio.Event)
 
     def app(self) -> QuartTrio:
         app = QuartTrio("fake-anthropic")
@@ -119,6 +123,8 @@ class FakeAnthropic:
         done_tools = tool_results(body)
         if kind == "sleep":
             await trio.sleep(float(arg))
+        if kind == "gate":
+            await self.gate.wait()
         if kind == "usage":
             a, b = arg.split(",")
             usage = (int(a), int(b))
@@ -127,6 +133,11 @@ class FakeAnthropic:
             blocks = [{"type": "text", "text": f"the key is {headers.get('x-api-key')}"}]
         elif kind == "text":
             blocks = [{"type": "text", "text": arg}]
+        elif kind == "badonce" and "[swarmbase schema nudge]" in prompt and not done_tools:
+            blocks = [{"type": "tool_use", "id": "toolu_s2", "name": "StructuredOutput", "input": json.loads(arg)}]
+            stop = "tool_use"
+        elif kind == "badonce":
+            blocks = [{"type": "text", "text": "I would rather answer in prose."}]
         elif kind == "structured" and not done_tools:
             blocks = [{"type": "tool_use", "id": "toolu_s1", "name": "StructuredOutput", "input": json.loads(arg)}]
             stop = "tool_use"

@@ -11,6 +11,10 @@ The scenario is a marker in the user's prompt, `[[name]]` or `[[name:arg]]`:
   [[long:N]]        a message streamed as N text deltas of 1000 characters before it completes
   [[nousage]]       a message whose response.completed carries no usage
   [[hang]]          response.created, then nothing
+  [[slowshell:S]]   every response takes S seconds (keep-alives meanwhile): two shell calls
+                    (`echo one`, `echo two`), then a message "slow done: <outputs>"
+  [[badonce:JSON]]  a message that is not JSON until the prompt carries SwarmBase's schema
+                    nudge; then a message JSON
   [[500]]           HTTP 500
 
 Every request is recorded (path, headers, body). `disconnects` counts streams whose
@@ -105,12 +109,19 @@ class FakeResponses:
         elif kind == "long":
             deltas = int(arg)
             items = [message("x" * 1000 * deltas)]
+        elif kind == "slowshell" and len(done) < 2:
+            items = [shell_call(["echo one", "echo two"][len(done)], len(done) + 1)]
+        elif kind == "slowshell":
+            items = [message("slow done: " + " | ".join(done))]
+        elif kind == "badonce":
+            items = [message(arg if "[swarmbase schema nudge]" in prompt else "not json at all")]
         elif kind == "nousage":
             items = [message("no usage here")]
             usage = None
         else:
             items = [message("done")]
         hang = kind == "hang"
+        delay = float(arg) if kind == "slowshell" else 0.0
         model = body.get("model", "gpt-test")
 
         async def stream() -> AsyncIterator[bytes]:
@@ -118,10 +129,12 @@ class FakeResponses:
             try:
                 yield sse({"type": "response.created", "sequence_number": 0,
                            "response": {"id": "resp_1", "status": "in_progress", "model": model}})
-                while hang:
+                waited = 0.0
+                while hang or waited < delay:
                     # SSE comments keep the stream alive, as real servers do; writing is
                     # also how the server notices a client that went away.
                     await trio.sleep(0.1)
+                    waited += 0.1
                     yield b": keep-alive\n\n"
                 for i in range(deltas):
                     yield sse({"type": "response.output_text.delta", "sequence_number": 1 + i, "item_id": "msg_1",
