@@ -47,6 +47,8 @@ class AgentJob:
     caller_max_profile: str
     timeout_ms: int
     secret_files: tuple[str, ...] = ()
+    extra_read: tuple[str, ...] = ()          # e.g. a worktree's repository .git (read-only)
+    extra_write: tuple[str, ...] = ()         # e.g. a worktree's own admin dir under that .git
 
     @property
     def key(self) -> str:

@@ -44,8 +44,8 @@ class ClaudeEngine:
         search = env["PATH"]
         return LaunchSpec(argv=tuple(claude.argv(call)), env=env, cwd=job.cwd, key=job.key,
                           files={"prompt.txt": job.prompt.encode()}, stdin_file="prompt.txt",
-                          read=(job.cwd, *interpreter_paths(engine.bin, search)),
-                          write=(job.cwd,) if job.profile == "write" else (), network=True,
+                          read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
+                          write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,
                           idle_timeout=self.cfg.agentIdleTimeoutMs / 1000,
                           record={"runId": job.run_id, "n": job.n, "engine": "claude"})
 

@@ -59,12 +59,13 @@ class CodexEngine:
             schema_file = f"{AGENT_DIR}/schema.json"
         env = codex.environment(bin_path=engine.bin, node=self.node, home=f"{AGENT_DIR}/home",
                                 codex_home=f"{AGENT_DIR}/codex-home", bearer=bearer, parent_env=self.parent_env)
-        read = [job.cwd, *interpreter_paths(engine.bin, env["PATH"])]
+        read = [job.cwd, *job.extra_read, *interpreter_paths(engine.bin, env["PATH"])]
         if self.node:
             read.append(os.path.dirname(os.path.realpath(self.node)))
         return LaunchSpec(argv=tuple(codex.exec_argv(call, schema_file)), env=env, cwd=job.cwd, key=job.key,
                           files=files, dirs=("home", "tmp", "codex-home"), stdin_file="prompt.txt",
-                          read=tuple(read), write=(job.cwd,) if profile == "write" else (), network=True,
+                          read=tuple(read), write=(job.cwd, *job.extra_write) if profile == "write" else (),
+                          network=True,
                           idle_timeout=self.cfg.agentIdleTimeoutMs / 1000,
                           record={"runId": job.run_id, "n": job.n, "engine": "codex"})
 

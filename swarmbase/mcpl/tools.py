@@ -164,6 +164,8 @@ def _status(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any
     try:
         out["phases"] = sup.phases(run)
         out["log"] = sup.recent_log(run, a.get("logLines", 20))
+        out["branches"] = sorted({row["branch"] for p in out["phases"] for row in p.get("agents", [])
+                                  if isinstance(row, dict) and row.get("branch")})
     except DamagedFile as e:
         raise ToolError(f"run {run.id}: {e}") from None
     return out

@@ -30,7 +30,7 @@ from ..engines.verdict import Verdict
 from ..runner import AgentCallError
 from . import records
 from .agent_opts import AgentOptions, OptionError, resolve
-from . import nudge
+from . import nudge, worktrees
 from .budget import MIN_USD, BudgetSpent
 from .model import iso
 from .records import AgentRecord, Transcript, redact_value
@@ -109,8 +109,11 @@ class Agents:
                 live.slots.withdraw(t.n)
                 return None
         try:
-            if o.isolation is not None:
-                raise AgentCallError("agent(): isolation: 'worktree' is not available on this daemon yet")
+            if o.isolation == "worktree":
+                try:
+                    await worktrees.repository(o.cwd or str(self.sup.store.work_dir(live.run)))
+                except worktrees.WorktreeError as e:
+                    raise AgentCallError(str(e)) from None
             if o.engine == "codex" and o.schema is not None:
                 try:
                     o = attrs.evolve(o, schema=strict(o.schema))
@@ -244,12 +247,35 @@ class Agents:
         api_key = self._read_key(live)
         cwd = o.cwd or str(self.sup.store.work_dir(run))
         os.makedirs(cwd, exist_ok=True)
+        wt = None
+        if o.isolation == "worktree":
+            try:
+                wt = await worktrees.create(cwd, self.sup.store.dir(run) / "worktrees", run.id, rec.n, o.base)
+            except worktrees.WorktreeError as e:
+                raise AgentCallError(str(e)) from None
+            cwd = wt.cwd
         rec.cwd = cwd
         job = AgentJob(run_id=run.id, n=rec.n, label=rec.label, engine=o.engine, model=o.model, effort=o.effort,
                        profile=o.profile, schema=o.schema, prompt=prompt, cwd=cwd, api_key=api_key,
                        max_usd=reserved, max_tokens=reserved_tokens, caller_max_profile=live.caller.maxProfile,
                        timeout_ms=o.timeout_ms,
-                       secret_files=tuple(p for p in [live.caller.apiKeyFile, str(self.cfg.path)] if p))
+                       secret_files=tuple(p for p in [live.caller.apiKeyFile, str(self.cfg.path)] if p),
+                       extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else ())
+        try:
+            return await self._turns(live, rec, o, prompt, reserved, usage, job)
+        finally:
+            if wt is not None:
+                with trio.CancelScope(shield=True):
+                    try:
+                        rec.branch = await worktrees.finish(wt, rec.n, rec.label, keep=self.sup.keeps_work(run))
+                    except worktrees.WorktreeError as e:
+                        log.error("agent %s/%d: its worktree could not be committed: %s", run.id, rec.n, e)
+                        rec.branch = {"branch": wt.branch, "commit": None, "error": str(e)}
+
+    async def _turns(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str, reserved: float,
+                     usage: LiveUsage, job: AgentJob) -> Verdict:
+        """The agent's process, and the schema nudges that follow it."""
+        run = live.run
         last = [0.0]
 
         def usage_changed() -> None:
@@ -344,7 +370,8 @@ class Agents:
         """A journaled success: no process, no spend; recorded and shown as replayed."""
         rec = AgentRecord(n=n, dir=self.sup.store.dir(live.run) / "agents" / str(n), label=o.label,
                           engine=o.engine, model=o.model, profile=o.profile, replayed=True,
-                          workflow=live.workflow_path, original_duration_s=cached.get("durationS"))
+                          workflow=live.workflow_path, original_duration_s=cached.get("durationS"),
+                          branch=cached.get("worktree"))
         rec.set_state("queued")
         self.sup.store.create_agent(rec, prompt, {**opts, "replayedFrom": live.run.resumed_from})
         live.add_agent(rec)
@@ -356,7 +383,8 @@ class Agents:
         if o.detail:
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             return {"ok": True, "value": value, "text": text, "error": None, "schemaError": None,
-                    "costUsd": 0.0, "estimated": False, "tokens": 0, "n": n, "replayed": True}
+                    "costUsd": 0.0, "estimated": False, "tokens": 0, "n": n, "replayed": True,
+                    **({"worktree": cached["worktree"]} if cached.get("worktree") else {})}
         return value
 
     def _answer(self, o: AgentOptions, rec: AgentRecord, value: Any, verdict: Verdict | None) -> Any:
@@ -367,7 +395,7 @@ class Agents:
                 "text": self.sup.redact(text) if isinstance(text, str) else None,
                 "error": rec.error, "schemaError": verdict.schema_error if verdict is not None else None,
                 "costUsd": round(rec.cost_usd, 6), "estimated": rec.cost_estimated, "tokens": rec.tokens.total,
-                "n": rec.n, "replayed": False}
+                "n": rec.n, "replayed": False, **({"worktree": rec.branch} if rec.branch else {})}
 
     async def _journal(self, live: "LiveRun", key: str | None, rec: AgentRecord, value: Any) -> None:
         """Shielded: a result the script was about to get is journaled even if the run is
@@ -382,7 +410,7 @@ class Agents:
             "key": key, "n": rec.n, "label": rec.label, "ok": rec.state == "done", "state": rec.state,
             "result": value, "engine": rec.engine, "model": rec.model, "costUsd": round(rec.cost_usd, 6),
             "estimated": rec.cost_estimated, "tokens": rec.tokens.to_json(), "durationS": rec.duration_s,
-            "workflow": rec.workflow})
+            "workflow": rec.workflow, **({"worktree": rec.branch} if rec.branch else {})})
 
     @staticmethod
     def _killed_cost(usage: LiveUsage) -> float:
