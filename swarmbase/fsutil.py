@@ -34,12 +34,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, durable: bool = Tru
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        raise
+        raise _named(e, path)
     if durable:
         _fsync_dir(path.parent)
 
@@ -64,8 +64,19 @@ def append_line(path: Path, value: Any, durable: bool = True) -> None:
         write_all(fd, line)
         if durable:
             os.fsync(fd)
+    except OSError as e:
+        raise _named(e, path) from None
     finally:
         os.close(fd)
+
+
+def _named(e: BaseException, path: Path) -> BaseException:
+    """An OSError from writing `path` that says which file (os.write does not)."""
+    if isinstance(e, OSError) and not e.filename:
+        named = OSError(e.errno, e.strerror, str(path))
+        named.__cause__ = e
+        return named
+    return e
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -184,5 +195,7 @@ def append_lines(path: Path, values: list[Any], durable: bool = True) -> None:
         write_all(fd, data)
         if durable:
             os.fsync(fd)
+    except OSError as e:
+        raise _named(e, path) from None
     finally:
         os.close(fd)

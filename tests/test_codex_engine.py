@@ -40,12 +40,14 @@ async def api(nursery: trio.Nursery) -> FakeResponses:
 
 
 async def codex_daemon(tmp_path: Path, nursery: trio.Nursery, bin_path: str, base_url: str,
-                       caller_extra: dict[str, Any] | None = None, sandbox: str = "bwrap", **extra: Any) -> Env:
+                       caller_extra: dict[str, Any] | None = None, sandbox: str = "bwrap",
+                       engine_extra: dict[str, Any] | None = None, **extra: Any) -> Env:
     return await engine_daemon(
         tmp_path, nursery, key=GATEWAY,
-        engines={"codex": {"bin": bin_path, "baseUrl": base_url, "sandbox": sandbox,
-                           "maxTokensDefault": 200_000, "maxTokensMax": 300_000}},
-        caller_extra={"maxProfile": "read", "defaultModels": {"codex": "gpt-5.5"}, **(caller_extra or {})}, **extra)
+        engines={"codex": {"bin": bin_path, "baseUrl": base_url, "maxTokensDefault": 200_000,
+                           "maxTokensMax": 300_000, **(engine_extra or {})}},
+        caller_extra={"maxProfile": "read", "defaultModels": {"codex": "gpt-5.5"}, **(caller_extra or {})},
+        sandbox=sandbox, **extra)
 
 
 async def test_usage_across_requests_in_one_turn(tmp_path: Path, nursery: trio.Nursery, codex_bin: str,

@@ -168,11 +168,18 @@ class Agents:
                 if t.n in live.stop_reasons:          # cancelled before it could start
                     scope.cancel()
                 await live.slots.acquire(t.n)
+                holding_global = False
                 try:
-                    reserved, reserved_tokens = await self._reserve(live, rec, o)
-                    async with self.global_slots:
-                        verdict = await self._launch(live, rec, o, prompt, reserved, reserved_tokens, usage)
+                    async with live.slots.doorway(t.n):
+                        reserved, reserved_tokens = await self._reserve(live, rec, o)
+                        await self.global_slots.acquire()
+                        holding_global = True
+                        rec.set_state("running")
+                        self.sup.agent_changed(live, rec)
+                    verdict = await self._launch(live, rec, o, prompt, reserved, reserved_tokens, usage)
                 finally:
+                    if holding_global:
+                        self.global_slots.release()
                     live.slots.release()
         except BaseException as exc:
             # Run cancel or shutdown (Cancelled, often grouped by nurseries) or a daemon
@@ -303,8 +310,6 @@ class Agents:
             return AgentIO(launcher=self.launcher, transcript=transcript.append, usage=turn,
                            usage_changed=changed, started=started)
 
-        rec.set_state("running")
-        self.sup.agent_changed(live, rec)
         try:
             with trio.move_on_after(o.timeout_ms / 1000) as deadline:
                 io = turn_io()

@@ -10,6 +10,8 @@ refused) withdraws its number so it never holds the queue up.
 from __future__ import annotations
 
 import heapq
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
 
 import trio
 
@@ -64,3 +66,46 @@ class OrderedSlots:
     def release(self) -> None:
         self.free += 1
         self._wake()
+
+
+class RunSlots:
+    """A run's slots plus a doorway: after taking a slot, an agent passes the doorway
+    (one at a time, in call order) to reserve its budget, take a daemon-wide slot and be
+    marked running. Every await in there (budget, the global semaphore) is a checkpoint
+    where trio may reorder tasks; the doorway keeps a run's agents starting in the order
+    the script called them. Nothing waits on the doorway while holding what another
+    agent in it needs, so it cannot deadlock: agents past it run and free what they hold."""
+
+    def __init__(self, limit: int) -> None:
+        self.slots = OrderedSlots(limit)
+        self.door = OrderedSlots(1)
+
+    def register(self, n: int) -> None:
+        self.slots.register(n)
+        self.door.register(n)
+
+    def withdraw(self, n: int) -> None:
+        self.slots.withdraw(n)
+        self.door.withdraw(n)
+
+    async def acquire(self, n: int) -> None:
+        try:
+            await self.slots.acquire(n)
+        except BaseException:
+            self.door.withdraw(n)
+            raise
+
+    def release(self) -> None:
+        self.slots.release()
+
+    @asynccontextmanager
+    async def doorway(self, n: int) -> AsyncIterator[None]:
+        await self.door.acquire(n)
+        try:
+            yield
+        finally:
+            self.door.release()
+
+    @property
+    def waiting(self) -> int:
+        return self.slots.waiting

@@ -33,7 +33,7 @@ from .journal import Journal, KeyCounter
 from .model import Run, first_line, iso, new_run_id
 from .records import ENDED, AgentRecord, Redactor, redact_value
 from .script_host import ScriptHost, run_live_script
-from .slots import OrderedSlots
+from .slots import RunSlots
 from .store import DamagedFile, RunStore
 
 log = logging.getLogger("swarmbase.supervisor")
@@ -55,7 +55,7 @@ class LiveRun:
     """In-memory state of a run while it is in flight."""
     run: Run
     caller: Caller
-    slots: OrderedSlots
+    slots: RunSlots
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     stop_reason: str | None = None          # 'cancel', 'shutdown', 'timeout', 'limit'
     stop_detail: str | None = None
@@ -385,7 +385,7 @@ class Supervisor:
         run.history.append({"status": "queued", "at": iso(now)})
         try:
             self.store.create(run, params["script"])
-            live = LiveRun(run=run, caller=caller, slots=OrderedSlots(self.cfg.perRunConcurrency))
+            live = LiveRun(run=run, caller=caller, slots=RunSlots(self.cfg.perRunConcurrency))
             carry = list({e["key"]: e for e in carried.lines if e.get("ok")}.values()) if carried else []
             live.journal = Journal(self.store.dir(run) / "journal.jsonl", run.id, live.args_digest, carry)
         except OSError as e:
