@@ -58,7 +58,7 @@ async def test_exact_argv_and_environment_per_profile(tmp_path: Path, nursery: t
     script = f"""
 await agent("dump think", {{ profile: "think", label: "t" }});
 await agent("dump read", {{ profile: "read", model: "sonnet", effort: "high", maxUsd: 0.25 }});
-await agent("dump write", {{ profile: "write", schema: {json.dumps(schema)} }});
+await agent("dump write", {{ profile: "write", schema: {json.dumps(schema)}, schemaRetries: 0 }});
 return 1;"""
     run = await run_to_end(env, script, keepWork=True, budgetUsd=4, model="claude-haiku-5-5")
     assert run.status == "completed", run.error
@@ -191,7 +191,8 @@ async def test_timeout_kills_agent(tmp_path: Path, nursery: trio.Nursery) -> Non
     ("{ maxUsd: -1 }", "opts.maxUsd must be above 0"),
     ("{ maxTokens: 5 }", "maxTokens applies to codex agents only"),
     ("{ schema: { type: 'nope' } }", "not a valid JSON Schema"),
-    ("{ isolation: 'worktree' }", "isolation: 'worktree'"),
+    ("{ isolation: 'worktree' }", "isolation 'worktree' needs a cwd inside a git repository"),
+    ("{ isolation: 'copy' }", "opts.isolation must be 'worktree'"),
     ("{ timeoutMs: 5 }", "opts.timeoutMs must be between"),
     ("'not an object'", "opts must be an object"),
 ])

@@ -83,7 +83,8 @@ async def test_handshake_mcpl_05(running: Env) -> None:
             assert {"tagsAny": ["swarmbase:budget-warning"], "behavior": {"debounce": 30_000}} in onto["suggestedTreatment"]
             assert h.receipt == {"accepted": True, "unavailableFeatures": [], "notes": []}
             tools = (await h.request("tools/list"))["tools"]
-            assert [t["name"] for t in tools] == ["run", "status", "result", "cancel", "resume", "list", "guide"]
+            assert [t["name"] for t in tools] == ["run", "status", "result", "cancel", "resume", "list", "guide",
+                                                   "workflows", "save_workflow"]
             assert all(t["inputSchema"]["type"] == "object" for t in tools)
             assert await h.request("ping") == {}
 
@@ -121,7 +122,7 @@ async def test_plain_mcp_client_gets_tools_but_no_mcpl(running: Env) -> None:
         async with connect(running.ws, running.tokens["alice"]) as h:
             init = await h.handshake(None)
             assert init["capabilities"] == {"tools": {}}
-            assert len((await h.request("tools/list"))["tools"]) == 7
+            assert len((await h.request("tools/list"))["tools"]) == 9
             res = await h.tool("guide", {"topic": "determinism"})
             assert "Math.random()" in res["structuredContent"]["text"]
             with pytest.raises(RpcFailure) as ei:
