@@ -64,6 +64,7 @@ def register(app: Quart, services: Any) -> None:
     pages = Pages(sup)
     index = listing.RunIndex()
     viewers = sse.Viewers()
+    viewers.on_ebb = sse.hand_back_memory_later
     app.extensions["swarmbase.viewers"] = viewers
     bp = Blueprint("dashboard", __name__, template_folder=str(HERE / "templates"))
     app.jinja_env.globals.update(usd=views.usd, agent_cost=views.agent_cost, fmt_units=views.fmt_units,
@@ -179,6 +180,12 @@ def register(app: Quart, services: Any) -> None:
     @bp.get("/favicon.ico")
     async def favicon() -> Any:
         return await send_from_directory(HERE / "static", "favicon.svg", mimetype="image/svg+xml")
+
+    @bp.get("/streams")
+    async def stream_stats() -> Any:
+        """How many live streams the dashboard serves, and what its caps have done."""
+        return jsonify({"streams": viewers.count, "max": viewers.max_total, "perClient": viewers.max_per_client,
+                        "refused": viewers.refused, "dropped": viewers.dropped, "bufferedBytes": hub.retained_bytes()})
 
     # -- pages ----------------------------------------------------------------------------
     @bp.get("/")

@@ -11,7 +11,8 @@ not read. Hostile or broken viewers (1,500 clients that never read took a daemon
   set small, so a reader that stops reading blocks after a bounded amount;
 - a viewer blocked in a send for STALL_S is dropped (its socket closed) whenever a new
   viewer needs room or a keep-alive tick comes round; one that falls behind the hub's
-  buffer is told to reload and its stream ends.
+  buffer is told to reload and its stream ends; at the global cap, the client holding the
+  most streams gives one up to a client holding fewer (see Viewers).
 
 Hypercorn writes responses inside a shielded scope, so a blocked write cannot be
 cancelled from the app: the only way to drop that viewer is to close its socket. The
@@ -21,9 +22,11 @@ H11Protocol → TCPServer.stream); where that fails, the other bounds still hold
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import socket
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
 import attrs
 import trio
@@ -41,18 +44,38 @@ KEEPALIVE_S = 15.0
 MIN_GAP_S = {"list": 0.5, "run": 0.1, "agent": 0.1}
 LOOPBACK_PEERS = ("127.", "::1", "::ffff:127.")
 
+TRIM_AFTER_S = 8.0      # past Hypercorn's keep-alive timeout, so refused connections are gone too
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _malloc_trim() -> Callable[[], None] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None                              # not glibc: nothing to hand back this way
+    return lambda: trim(0)
+
+
+MALLOC_TRIM = _malloc_trim()
 
 
 @attrs.define(eq=False)
 class Viewer:
     client: str
+    since: float = 0.0
     sending_since: float | None = None
-    abort: Callable[[], None] | None = None
+    drop: Callable[[], None] | None = None      # ends the stream: cancels it, closes its socket
 
 
 class Viewers:
-    """Admission and stall reaping for SSE viewers. Pure bookkeeping, clock injected."""
+    """Admission and dropping for SSE viewers. Pure bookkeeping, clock injected.
+
+    At the global cap a newcomer first reclaims stalled viewers; if none, and some client
+    holds more streams than the newcomer's client would, that client's oldest stream makes
+    room. A flood of clients that never read therefore only displaces itself: a person
+    opening one page still gets a stream.
+    """
 
     def __init__(self, max_total: int = MAX_STREAMS, max_per_client: int = MAX_PER_CLIENT,
                  stall_s: float = STALL_S, clock: Callable[[], float] = trio.current_time) -> None:
@@ -60,55 +83,88 @@ class Viewers:
         self.max_per_client = max_per_client
         self.stall_s = stall_s
         self.clock = clock
-        self.all: set[Viewer] = set()
-        self.per_client: dict[str, int] = {}
+        self.by_client: dict[str, list[Viewer]] = {}
+        self.count = 0
         self.refused = 0
         self.dropped = 0
+        self.high = 0             # most viewers since the last ebb
+        self.on_ebb: Callable[[], None] = lambda: None
         self._last_reap = 0.0
 
     def admit(self, client: str) -> Viewer | str:
         """A new viewer, or why not (a reason for the 429/503 answer)."""
-        if len(self.all) >= self.max_total or self.per_client.get(client, 0) >= self.max_per_client:
+        mine = len(self.by_client.get(client, ()))
+        if mine >= self.max_per_client:
             self.reap()
-        if len(self.all) >= self.max_total:
+            if len(self.by_client.get(client, ())) >= self.max_per_client:
+                self.refused += 1
+                return f"at most {self.max_per_client} live streams per client; close some tabs"
+        if self.count >= self.max_total:
+            self.reap()
+        if self.count >= self.max_total and not self._make_room(client):
             self.refused += 1
             return f"the dashboard serves at most {self.max_total} live streams; try again shortly"
-        if self.per_client.get(client, 0) >= self.max_per_client:
-            self.refused += 1
-            return f"at most {self.max_per_client} live streams per client; close some tabs"
-        v = Viewer(client)
-        self.all.add(v)
-        self.per_client[client] = self.per_client.get(client, 0) + 1
+        v = Viewer(client, since=self.clock())
+        self.by_client.setdefault(client, []).append(v)
+        self.count += 1
+        self.high = max(self.high, self.count)
         return v
 
+    def _make_room(self, client: str) -> bool:
+        mine = len(self.by_client.get(client, ()))
+        heaviest = max(self.by_client.values(), key=len, default=[])
+        if len(heaviest) <= mine + 1 or not heaviest[0].drop:
+            return False
+        self._drop(heaviest[0])
+        return True
+
+    def _drop(self, v: Viewer) -> None:
+        self.leave(v)
+        if v.drop is not None:
+            v.drop()
+            v.drop = None
+        self.dropped += 1
+
     def leave(self, v: Viewer) -> None:
-        if v in self.all:
-            self.all.discard(v)
-            left = self.per_client.get(v.client, 1) - 1
-            if left:
-                self.per_client[v.client] = left
-            else:
-                self.per_client.pop(v.client, None)
+        mine = self.by_client.get(v.client)
+        if mine and v in mine:
+            mine.remove(v)
+            self.count -= 1
+            if not mine:
+                del self.by_client[v.client]
+            if self.count <= self.high // 10 and self.high >= 64:
+                self.high = self.count
+                self.on_ebb()
 
     def stalled(self) -> list[Viewer]:
         now = self.clock()
-        return [v for v in self.all if v.sending_since is not None and now - v.sending_since >= self.stall_s]
+        return [v for vs in self.by_client.values() for v in vs
+                if v.sending_since is not None and now - v.sending_since >= self.stall_s]
 
     def reap(self) -> int:
         """Drop every viewer stuck in one send for stall_s or longer; returns how many."""
         self._last_reap = self.clock()
-        n = 0
-        for v in self.stalled():
-            if v.abort is not None:
-                v.abort()
-                v.abort = None
-                self.dropped += 1
-                n += 1
-        return n
+        stuck = [v for v in self.stalled() if v.drop is not None]
+        for v in stuck:
+            self._drop(v)
+        return len(stuck)
 
     def reap_now_and_then(self) -> None:
         if self.clock() - self._last_reap >= self.stall_s / 2:
             self.reap()
+
+
+def hand_back_memory_later() -> None:
+    """After a flood of viewers ebbs, give the freed heap back to the system. Python and
+    glibc keep freed memory for reuse; after thousands of connections that is tens of MB
+    held for ever (the daemon would stay at its flood size)."""
+    if MALLOC_TRIM is None:
+        return
+
+    async def later() -> None:
+        await trio.sleep(TRIM_AFTER_S)
+        MALLOC_TRIM()
+    trio.lowlevel.spawn_system_task(later, name="dashboard: malloc_trim after a flood")
 
 
 def client_key(scope: dict[str, Any]) -> str:
@@ -154,21 +210,19 @@ async def respond_json(send: Send, status: int, body: dict[str, Any], headers: l
     await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
-def chunks(frames: list[tuple[int, bytes]]) -> list[tuple[bytes, int]]:
-    """Frames joined into writes of about CHUNK bytes: (bytes, last seq in it). A lone
-    frame is sent as the hub's own bytes object, never copied."""
-    out: list[tuple[bytes, int]] = []
+def chunks(frames: list[tuple[int, bytes]]) -> Iterator[tuple[bytes, int]]:
+    """Frames joined into writes of about CHUNK bytes: (bytes, last seq in it), made one at
+    a time as the viewer takes them. A lone frame is the hub's own bytes object, not a copy."""
     batch: list[bytes] = []
     size = 0
     for seq, data in frames:
         batch.append(data)
         size += len(data)
         if size >= CHUNK:
-            out.append((batch[0] if len(batch) == 1 else b"".join(batch), seq))
+            yield (batch[0] if len(batch) == 1 else b"".join(batch)), seq
             batch, size = [], 0
     if batch:
-        out.append((batch[0] if len(batch) == 1 else b"".join(batch), frames[-1][0]))
-    return out
+        yield (batch[0] if len(batch) == 1 else b"".join(batch)), frames[-1][0]
 
 
 async def serve_stream(scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]], send: Send, *,
@@ -176,7 +230,7 @@ async def serve_stream(scope: dict[str, Any], receive: Callable[[], Awaitable[di
                        headers: list[tuple[bytes, bytes]]) -> None:
     admitted = viewers.admit(client_key(scope))
     if isinstance(admitted, str):
-        status = 503 if len(viewers.all) >= viewers.max_total else 429
+        status = 503 if viewers.count >= viewers.max_total else 429
         await respond_json(send, status, {"error": admitted}, [(b"retry-after", b"10"), *headers])
         return
     viewer = admitted
@@ -185,8 +239,14 @@ async def serve_stream(scope: dict[str, Any], receive: Callable[[], Awaitable[di
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"), *headers]})
-        viewer.abort = socket_closer(send)
+        close_socket = socket_closer(send)
         async with trio.open_nursery() as nursery:
+            def drop() -> None:
+                nursery.cancel_scope.cancel()
+                if close_socket is not None:
+                    close_socket()     # a send blocked in Hypercorn's shielded write needs this
+            viewer.drop = drop
+
             async def until_disconnect() -> None:
                 while (await receive())["type"] != "http.disconnect":
                     pass

@@ -303,3 +303,46 @@ async def test_host_allowlist(dash: Env) -> None:
         with trio.fail_after(10):
             head = await stream.receive_some(4096)
     assert head.startswith(b"HTTP/1.1 403")
+
+
+async def test_security_headers_and_error_pages(dash: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+    root = str(Path(__file__).resolve().parent.parent)
+    run = await run_to_end(dash, "phase('empty');\nphase('work');\nreturn await agent('noop', {label: 'a'})")
+    pages = ["/", f"/runs/{run.id}", f"/runs/{run.id}/agents/1", "/admin/login/" + "x" * 43]
+    async with httpx.AsyncClient(base_url=dash.url, timeout=httpx.Timeout(10, read=None)) as c:
+        for path in [*pages, "/runs/run_000000000000", "/static/app.css", "/?status=bogus"]:
+            r = await c.get(path)
+            csp = r.headers["content-security-policy"]
+            assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp, path
+            assert r.headers["x-frame-options"] == "DENY" and r.headers["x-content-type-options"] == "nosniff", path
+        async with c.stream("GET", "/events") as r:
+            assert r.headers["x-content-type-options"] == "nosniff" and "content-security-policy" in r.headers
+        for path in pages:
+            html = (await c.get(path)).text
+            # Every script is a file of ours or inert JSON data; no inline style attributes.
+            for attrs in re.findall(r"<script([^>]*)>", html):
+                assert 'src="/static/' in attrs or 'type="application/json"' in attrs, (path, attrs)
+            assert " style=" not in html and "<style" not in html and " on" + "click=" not in html, path
+        # The empty phase is collapsed to one line.
+        assert '<details class="phase empty-phase" data-phase="empty"' in (await c.get(f"/runs/{run.id}")).text
+        bad = await c.get("/?from=yesterday")
+        assert bad.status_code == 400 and "?from= must be a date" in bad.text
+        missing = await c.get("/runs/run_000000000000")
+        assert missing.status_code == 404 and root not in missing.text
+
+        def boom(_run: Any) -> Any:
+            raise RuntimeError(f"phases.json broke in {root}/swarmbase/runs/store.py")
+        monkeypatch.setattr(dash.services.supervisor, "phases", boom)
+        r = await c.get(f"/runs/{run.id}")
+        assert r.status_code == 500 and "Internal error" in r.text
+        for leak in ("Traceback", root, "site-packages", "phases.json broke", "store.py"):
+            assert leak not in r.text, leak
+
+
+async def test_list_shows_quarantined_files(dash: Env) -> None:
+    dash.services.supervisor.damaged = [{"path": "runs/x/run.json", "fault": "truncated JSON", "at": "2026-01-01T00:00:00Z"},
+                                        {"path": "procs/7.json", "fault": "not JSON", "at": "2026-01-01T00:00:00Z"}]
+    async with httpx.AsyncClient(base_url=dash.url) as c:
+        html = (await c.get("/")).text
+    assert "2 damaged files quarantined at boot" in html and "runs/x/run.json" in html and "truncated JSON" in html
