@@ -96,7 +96,8 @@ class Pages:
         sup = self.sup
         live = sup.live.get(run.id)
         phases = [{"title": p.get("title"), "workflow": str(p.get("workflow") or ""),
-                   "rows": [views.normalize(a, p.get("title")) for a in p.get("agents", [])]} for p in sup.phases(run)]
+                   "rows": sorted((views.normalize(a, p.get("title")) for a in p.get("agents", [])),
+                                  key=lambda r: r.get("n", 0))} for p in sup.phases(run)]
         rows = [r for p in phases for r in p["rows"]]
         adir = sup.store.dir(run) / "agents"
         for i, r in enumerate(rows):

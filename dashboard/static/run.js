@@ -55,7 +55,12 @@
     agents.set(a.n, merged);
     const row = agentRow(merged);
     const old = $("agent-" + a.n);
-    if (old) old.replaceWith(row); else phaseBody(merged.phase, merged.workflow).append(row);
+    if (old) old.replaceWith(row);
+    else {
+      const body = phaseBody(merged.phase, merged.workflow);
+      const next = Array.from(body.rows).find((r) => Number(r.dataset.n) > a.n);   // rows stay in call order
+      body.insertBefore(row, next || null);
+    }
     timeline.upsert(merged, a.ts);
     scheduleTotals();
   }
@@ -84,8 +89,8 @@
     for (const [id, by] of [["by-phase", "phase"], ["by-engine", "engine"]]) {
       const rows = totals(by).map((t, i, all) => el("tr", { class: i === all.length - 1 ? "total" : null },
         el("td", { text: t.name }), el("td", { class: "num", text: t.agents }),
-        el("td", { class: "num" }, (t.estimated ? "~" : "") + SB.fmtUnits(t.units),
-          t.unpriced ? el("span", { class: "muted", text: " +" + t.unpriced + " no price" }) : null),
+        el("td", { class: "num" }, ...(t.unpriced === t.agents ? ["no price"] : [(t.estimated ? "~" : "") + SB.fmtUnits(t.units),
+          t.unpriced ? el("span", { class: "muted", text: " +" + t.unpriced + " no price" }) : ""])),
         el("td", { class: "num", text: SB.int(t.tokens) })));
       $(id).querySelector("tbody").replaceChildren(...rows);
     }

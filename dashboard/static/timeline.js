@@ -70,9 +70,9 @@
       requestAnimationFrame(() => { this.pending = false; this.render(); });
     }
 
-    range() {
+    range(now) {
       if (this.zoom) return this.zoom;
-      let hi = this.end || SB.now();
+      let hi = this.end || now || SB.now();
       for (const { row } of this.entries.values()) {
         if (row.endedAt && row.endedAt > hi) hi = row.endedAt;
         if (row.replayed && row.startedAt) hi = Math.max(hi, row.startedAt + (row.originalDurationS || 0));
@@ -171,13 +171,13 @@
 
     render() {
       if (!this.order) this.layoutRows();
-      const [t0, t1] = this.range();
+      const now = SB.now();
+      const [t0, t1] = this.range(now);
       const span = Math.max(t1 - t0, 1e-3);
       const x = (t) => (100 * (t - t0)) / span;
       this.renderAxis(t0, t1, span, x);
-      const live = !this.end;
-      this.now.hidden = !live || SB.now() < t0 || SB.now() > t1;
-      if (!this.now.hidden) this.now.style.left = x(SB.now()).toFixed(3) + "%";
+      this.now.hidden = !!this.end || now < t0 || now > t1;
+      if (!this.now.hidden) this.now.style.left = x(now).toFixed(3) + "%";
       for (const e of this.entries.values()) {
         const r = e.row;
         e.label.textContent = r.label || "agent " + r.n;
