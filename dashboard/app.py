@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from quart import (Blueprint, Quart, Response, abort, jsonify, make_response, redirect, render_template,
-                   request, send_from_directory, websocket)
+import jinja2
+from quart import (Blueprint, Quart, Response, abort, jsonify, make_response, redirect, request,
+                   send_from_directory, websocket)
 from werkzeug.exceptions import HTTPException
 
 from swarmbase.admin import COOKIE, SESSION_TTL_S, AdminStore
@@ -66,9 +67,16 @@ def register(app: Quart, services: Any) -> None:
     viewers = sse.Viewers()
     viewers.on_ebb = sse.hand_back_memory_later
     app.extensions["swarmbase.viewers"] = viewers
-    bp = Blueprint("dashboard", __name__, template_folder=str(HERE / "templates"))
-    app.jinja_env.globals.update(usd=views.usd, agent_cost=views.agent_cost, fmt_units=views.fmt_units,
-                               dur=views.dur, utc=views.utc)
+    bp = Blueprint("dashboard", __name__)
+    # Plain (not async) Jinja: Quart's async rendering costs a scheduler trip per output
+    # fragment, ~30 ms for a 150-row list; this renders it in a few.
+    jinja = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                               auto_reload=False)
+    jinja.globals.update(usd=views.usd, agent_cost=views.agent_cost, fmt_units=views.fmt_units, dur=views.dur,
+                         utc=views.utc)
+
+    async def render_template(template: str, **context: Any) -> Response:
+        return Response(jinja.get_template(template).render(**context), content_type="text/html; charset=utf-8")
 
     # -- every request ----------------------------------------------------------------
     @app.before_request

@@ -42,13 +42,16 @@
     if (d < 3600) return Math.floor(d / 60) + " min ago";
     if (d < 86400) return Math.floor(d / 3600) + " h ago";
     if (d < 30 * 86400) return Math.floor(d / 86400) + " d ago";
-    return new Date(epoch * 1000).toLocaleDateString();
+    return WALL.format(new Date(epoch * 1000)).split(",")[0];
   };
-  SB.wall = (epoch) => new Date(epoch * 1000).toLocaleString();
+  // One formatter for every wall time: making one per call (toLocaleString) costs ~0.5 ms.
+  const WALL = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "medium" });
+  SB.wall = (epoch) => WALL.format(new Date(epoch * 1000));
   SB.renderWhen = (root) => {
     for (const e of (root || document).querySelectorAll("[data-epoch]")) {
-      e.textContent = SB.ago(e.dataset.epoch);
-      e.title = SB.wall(Number(e.dataset.epoch));
+      const text = SB.ago(e.dataset.epoch);
+      if (e.textContent !== text) e.textContent = text;
+      if (!e.title) e.title = SB.wall(Number(e.dataset.epoch));
     }
   };
   const MARK = { running: "●", queued: "●", completed: "✓", failed: "✗", cancelled: "⊘", interrupted: "⊘" };

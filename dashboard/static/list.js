@@ -12,7 +12,8 @@
     for (const tr of tbody.querySelectorAll("tr[data-created]")) {
       const c = Number(tr.dataset.created), e = tr.dataset.ended ? Number(tr.dataset.ended) : null;
       const d = tr.querySelector(".dur");
-      if (d) d.textContent = SB.dur((e || SB.now()) - c);
+      const text = SB.dur((e || SB.now()) - c);
+      if (d && d.textContent !== text) d.textContent = text;
     }
   }
   function matches(r) {

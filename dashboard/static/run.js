@@ -49,12 +49,28 @@
     $("phases").append(el("details", { class: "phase empty-phase", "data-phase": p.title, "data-workflow": p.workflow || "" },
       el("summary", {}, p.title, el("span", { class: "muted", text: " · no agents" }))));
   }
+  // What a live usage update changes in a row; anything else rebuilds the row.
+  const LIVE = ["costUsd", "tokens", "estimated", "priced", "durationS", "ts"];
+  function onlyLive(prev, a) {
+    return prev && Object.keys(a).every((k) => LIVE.includes(k) || a[k] === prev[k] || (a[k] == null && prev[k] == null));
+  }
   function upsertAgent(a) {
-    const merged = Object.assign({}, agents.get(a.n) || {}, a);
+    const prev = agents.get(a.n);
+    const merged = Object.assign({}, prev || {}, a);
     if (!merged.phase) merged.phase = "main";
     agents.set(a.n, merged);
-    const row = agentRow(merged);
     const old = $("agent-" + a.n);
+    if (old && onlyLive(prev, a)) {
+      // Usage ticks arrive ~2/s per running agent: touch two cells, not the row.
+      const cost = old.querySelector(".cost"), tokens = old.querySelector(".tokens");
+      const c = SB.agentCost(merged), t = SB.int(merged.tokens);
+      if (cost.textContent !== c) cost.textContent = c;
+      if (tokens.textContent !== t) tokens.textContent = t;
+      timeline.upsert(merged, a.ts);
+      scheduleTotals();
+      return;
+    }
+    const row = agentRow(merged);
     if (old) old.replaceWith(row);
     else {
       const body = phaseBody(merged.phase, merged.workflow);
@@ -66,11 +82,12 @@
   }
 
   // ---- totals: the same rule as views.totals ---------------------------------------
+  // Totals and the title follow the rows at most twice a second.
   let totalsPending = false;
   function scheduleTotals() {
     if (totalsPending) return;
     totalsPending = true;
-    requestAnimationFrame(() => { totalsPending = false; renderTotals(); renderTitle(); });
+    setTimeout(() => requestAnimationFrame(() => { totalsPending = false; renderTotals(); renderTitle(); }), 500);
   }
   function totals(by) {
     const groups = new Map(), total = { name: "total", agents: 0, units: 0, tokens: 0, estimated: false, unpriced: 0 };

@@ -7,7 +7,7 @@
   "use strict";
   const { el } = SB;
   const NICE = [0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
-  const WAITS = ["queued", "waiting-budget", "waiting-node"];
+  const VISUAL = ["state", "startedAt", "endedAt", "queuedAt", "workflow", "replayed", "originalDurationS", "label"];
   const ENDED = SB.ENDED;
 
   function rel(s) {
@@ -52,8 +52,11 @@
         this.entries.set(row.n, e);
         this.order = null;
       } else {
-        if (e.row.startedAt !== row.startedAt || e.row.workflow !== row.workflow) this.order = null;
-        e.row = Object.assign({}, e.row, row);
+        const was = e.row;
+        if (was.startedAt !== row.startedAt || was.workflow !== row.workflow) this.order = null;
+        e.row = Object.assign({}, was, row);
+        // Usage updates change the tooltip only; the picture moves with the clock (tick).
+        if (VISUAL.every((k) => e.row[k] === was[k])) return;
       }
       const last = e.segs.length ? e.segs[e.segs.length - 1][0] : null;
       if (row.state && row.state !== last) {
@@ -77,7 +80,14 @@
         if (row.endedAt && row.endedAt > hi) hi = row.endedAt;
         if (row.replayed && row.startedAt) hi = Math.max(hi, row.startedAt + (row.originalDurationS || 0));
       }
-      return [this.start, Math.max(hi, this.start + 1)];
+      let span = Math.max(hi - this.start, 1);
+      if (!this.end) {
+        // While live, the axis runs ahead of "now" and grows in steps, so a second passing
+        // moves only the running bars and the cursor, not every bar on the page.
+        if (!this.liveSpan || span > this.liveSpan * 0.92) this.liveSpan = Math.max(span * 1.5, 10);
+        span = this.liveSpan;
+      }
+      return [this.start, this.start + span];
     }
 
     // The spans drawn for one agent: waits, then running coloured by how it ended.
@@ -178,28 +188,35 @@
       this.renderAxis(t0, t1, span, x);
       this.now.hidden = !!this.end || now < t0 || now > t1;
       if (!this.now.hidden) this.now.style.left = x(now).toFixed(3) + "%";
+      // Write only what changed: each write invalidates style, and this runs every second.
+      const set = (node, key, value) => { if (node["_" + key] !== value) { node["_" + key] = value; node.style[key] = value; } };
       for (const e of this.entries.values()) {
         const r = e.row;
-        e.label.textContent = r.label || "agent " + r.n;
-        e.node.dataset.state = r.state;
-        e.node.dataset.start = r.startedAt || "";
-        e.track.className = "tl-track st-" + r.state + (r.replayed ? " replayed" : "");
+        const label = r.label || "agent " + r.n, cls = "tl-track st-" + r.state + (r.replayed ? " replayed" : "");
+        if (e.label.textContent !== label) e.label.textContent = label;
+        if (e.node.dataset.state !== r.state) e.node.dataset.state = r.state;
+        if (e.node.dataset.start !== String(r.startedAt || "")) e.node.dataset.start = r.startedAt || "";
+        if (e.track.className !== cls) e.track.className = cls;
         const spans = this.spans(e);
         while (e.track.childElementCount > spans.length) e.track.lastElementChild.remove();
         while (e.track.childElementCount < spans.length) e.track.append(el("div"));
         spans.forEach(([kind, a, b], i) => {
           const seg = e.track.children[i];
-          const cls = "seg s-" + kind + (kind === "replayed" ? " replayed" : "");
-          if (seg.className !== cls) seg.className = cls;
-          seg.style.left = x(a).toFixed(3) + "%";
-          seg.style.width = Math.max(0, x(b) - x(a)).toFixed(3) + "%";
+          const segCls = "seg s-" + kind + (kind === "replayed" ? " replayed" : "");
+          if (seg.className !== segCls) seg.className = segCls;
+          set(seg, "left", x(a).toFixed(2) + "%");
+          set(seg, "width", Math.max(0, x(b) - x(a)).toFixed(2) + "%");
         });
       }
       this.zoomLabel.textContent = this.zoom ? "zoomed to " + rel(t0 - this.start) + " … " + rel(t1 - this.start) : "";
       this.reset.hidden = !this.zoom;
+      if (!this.drawn) { this.drawn = true; performance.mark("sb-rendered"); }   // for bench/dashboard_pages.py
     }
 
     renderAxis(t0, t1, span, x) {
+      const key = t0 + ":" + t1;
+      if (this.axisKey === key) return;
+      this.axisKey = key;
       const step = NICE.find((s) => span / s <= 8) || NICE[NICE.length - 1];
       const first = this.start + Math.ceil((t0 - this.start) / step - 1e-9) * step;
       const ticks = [], lines = [];
