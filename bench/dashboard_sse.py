@@ -91,7 +91,11 @@ async def main(viewers: int, agents: int) -> None:
             async def viewer(i: int) -> None:
                 # A lean SSE reader (HTTP/1.0, so the body is not chunked): 50 full HTTP
                 # clients in one Python process would measure the clients, not the daemon.
-                stream = await trio.open_tcp_stream(host, int(port))
+                # Spread over loopback addresses: the daemon caps streams per client address.
+                sock = trio.socket.socket()
+                await sock.bind((f"127.0.0.{2 + i % 100}", 0))
+                await sock.connect((host, int(port)))
+                stream = trio.SocketStream(sock)
                 async with stream:
                     await stream.send_all(f"GET /runs/{run_id}/events HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
                     ready.release()

@@ -167,6 +167,44 @@ async def test_live_run_page_in_chromium(tmp_path: Path, nursery: trio.Nursery, 
         browser.save_screenshot(str(tmp_path / "dashboard-run.png"))
 
     await in_thread(cost_changes_again)
+    # Rows only the merged core produces yet (replays with their original duration, budget
+    # waits, nested workflows), and an overspent run, published as the core will.
+    t = run.created_at
+    base = {"engine": "claude", "model": None, "costUsd": 0.0, "estimated": False, "priced": True, "tokens": 0,
+            "phase": "work", "error": None}
+    hub = sup.events
+    hub.publish(run.id, "agent", {**base, "n": 90, "label": "replayed-one", "state": "done", "replayed": True,
+                                  "queuedAt": t, "startedAt": t, "endedAt": t, "durationS": 0.0,
+                                  "originalDurationS": 2.0})
+    hub.publish(run.id, "agent", {**base, "n": 91, "label": "budget-wait", "state": "queued", "queuedAt": t + 0.2})
+    hub.publish(run.id, "agent", {**base, "n": 91, "label": "budget-wait", "state": "waiting-budget",
+                                  "queuedAt": t + 0.2})
+    hub.publish(run.id, "agent", {**base, "n": 92, "label": "nested", "state": "running", "workflow": "3",
+                                  "queuedAt": t + 0.3, "startedAt": t + 0.4})
+    hub.publish(run.id, "run", {**run.summary(), "caller": "alice", "createdAtEpoch": t, "endedAtEpoch": None,
+                                "spentUsd": 6.0, "reservedUsd": 0.5, "budgetUsd": 5.0})
+
+    def other_rows() -> None:
+        browser.find_element(By.CSS_SELECTOR, "#timeline .tl-head button").click()      # reset the zoom
+        seg = wait_for(browser, lambda d: d.find_element(By.CSS_SELECTOR, "#bar-90 .seg.replayed"))
+        track = browser.find_element(By.ID, "bar-90").size["width"]
+        span = browser.execute_script("return [...document.querySelectorAll('#timeline .tl-tick')].length")
+        assert span >= 2 and seg.size["width"] > track * 0.05       # 2 s of a ~10 s axis, not a sliver
+        wait_for(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#bar-91 .seg.s-waiting-budget"))
+        assert browser.find_elements(By.CSS_SELECTOR, "#bar-91 .seg.s-queued")       # queued, then budget
+        assert "waiting-budget" in browser.find_element(By.ID, "agent-91").text
+        # Nested workflows get their own collapsible lane.
+        lane = browser.find_element(By.CSS_SELECTOR, '#timeline .tl-lane[data-workflow="3"]')
+        assert "workflow 3" in lane.text and lane.find_element(By.ID, "tl-92")
+        lane.find_element(By.CSS_SELECTOR, ".tl-lane-head button").click()
+        assert not browser.find_element(By.ID, "tl-92").is_displayed()
+        # Overspend is highlighted.
+        wait_for(browser, lambda d: d.find_element(By.ID, "overspent").is_displayed())
+        assert "over" in browser.find_element(By.ID, "usd-meter").get_attribute("class")
+        assert "spent $6.0000 · reserved $0.5000 · budget $5.0000" in browser.find_element(By.ID, "usd-figures").text
+        assert not console_errors(browser)
+
+    await in_thread(other_rows)
     shot = tmp_path / "dashboard-run.png"
     assert shot.exists() and shot.stat().st_size > 10_000
 
@@ -177,7 +215,6 @@ async def test_live_run_page_in_chromium(tmp_path: Path, nursery: trio.Nursery, 
         return len(browser.find_elements(By.CSS_SELECTOR, "#transcript .ti"))
 
     before = await in_thread(open_agent_page)
-    hub = sup.events
     for i in range(3):
         hub.publish_agent_line(run.id, 2, {"type": "assistant", "message": {
             "content": [{"type": "text", "text": f"streamed hello {i}"}]}})

@@ -58,6 +58,12 @@
         // Usage updates change the tooltip only; the picture moves with the clock (tick).
         if (VISUAL.every((k) => e.row[k] === was[k])) return;
       }
+      // Rows supersede each other in the stream, so states can be missed: what the row's
+      // own times say comes first (it waited from queuedAt, ran from startedAt).
+      if (!e.segs.length && !e.row.replayed) {
+        if (e.row.queuedAt) e.segs.push(["queued", e.row.queuedAt]);
+        if (e.row.startedAt) e.segs.push(["running", e.row.startedAt]);
+      }
       const last = e.segs.length ? e.segs[e.segs.length - 1][0] : null;
       if (row.state && row.state !== last) {
         const at = row.state === "running" && row.startedAt ? row.startedAt : ENDED.includes(row.state) && row.endedAt ? row.endedAt : ts || SB.now();
