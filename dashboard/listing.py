@@ -82,22 +82,24 @@ def parse(args: Mapping[str, str]) -> Query:
 
 
 class RunIndex:
-    """Runs in newest-first order, rebuilt only when the number of runs changes."""
+    """Runs in newest-first order, rebuilt only when the set of runs changes."""
 
     def __init__(self) -> None:
-        self._n = -1
+        self._n: tuple[int, Any] = (-1, None)
         self._keys: list[tuple[float, str]] = []      # ascending (-createdAt, negated id order)
         self._runs: list[Any] = []
         self.callers: list[str] = []
 
     def refresh(self, runs: Mapping[str, Any]) -> None:
-        if len(runs) == self._n:
+        # Runs are added (and, rarely, dropped); the size and the newest key say whether.
+        mark = (len(runs), next(reversed(runs.keys()), None)) if isinstance(runs, dict) else (len(runs), None)
+        if mark == self._n:
             return
         ordered = sorted(runs.values(), key=lambda r: (r.created_at, r.id), reverse=True)
         self._runs = ordered
         self._keys = [(-r.created_at, _desc(r.id)) for r in ordered]
         self.callers = sorted({r.caller for r in ordered})
-        self._n = len(runs)
+        self._n = mark
 
     def page(self, query: Query, label_of: Callable[[Any], str]) -> tuple[list[Any], str | None]:
         """One page of matching runs and the cursor of the next page (None: last page)."""

@@ -59,7 +59,9 @@ class Pages:
 
     # -- labels ---------------------------------------------------------------------
     def label(self, run: Any, disk: bool = True) -> str:
-        """The run's label, else its meta.name, else its script's first line, else its id."""
+        """The run's label, else its meta.name, else its script's first line, else its id.
+        disk=False (search) never uses the script: a search must not depend on which runs
+        happened to be shown before."""
         if run.label:
             return run.label
         name = (run.meta or {}).get("name") if isinstance(run.meta, dict) else None
@@ -68,8 +70,10 @@ class Pages:
         name = getattr(run, "script_name", None)
         if isinstance(name, str) and name:
             return name
+        if not disk:
+            return run.id
         line = self._first_lines.get(run.id)
-        if line is None and disk:
+        if line is None:
             try:
                 with open(self.sup.store.dir(run) / "script.js", "rb") as f:
                     line = views.first_line(f.read(4096).decode("utf-8", "replace"))

@@ -346,3 +346,21 @@ async def test_list_shows_quarantined_files(dash: Env) -> None:
     async with httpx.AsyncClient(base_url=dash.url) as c:
         html = (await c.get("/")).text
     assert "2 damaged files quarantined at boot" in html and "runs/x/run.json" in html and "truncated JSON" in html
+
+
+async def test_resume_links_and_failing_line(dash: Env) -> None:
+    sup = dash.services.supervisor
+    first = await run_to_end(dash, "const a = await agent('noop', {label: 'kept'});\n\nthrow new Error('boom');")
+    assert first.status == "failed" and first.error_line == 3
+    again = sup.resume(dash.cfg.caller("alice"), first.id, {})
+    with trio.fail_after(60):
+        await sup.live[again.id].finished.wait()
+    async with httpx.AsyncClient(base_url=dash.url) as c:
+        old = (await c.get(f"/runs/{first.id}")).text
+        new = (await c.get(f"/runs/{again.id}")).text
+    assert f'<a href="/runs/{again.id}" id="resumed-as">' in old
+    assert f'<a href="/runs/{first.id}" id="resumed-from">' in new
+    assert 'data-error-line="3"' in old and '"errorLine":3' in old and "boom" in old
+    # The replayed agent is marked, in its row and in the page's data for the timeline.
+    data = json.loads(new.split('id="sb-data">', 1)[1].split("</script>", 1)[0])
+    assert data["agents"][0]["replayed"] is True and "replayed" in new

@@ -376,3 +376,25 @@ async def test_run_list_updates_live_dark_and_phone_width(tmp_path: Path, nurser
 
     await in_thread(see_it)
     assert (tmp_path / "dashboard-list-phone-dark.png").stat().st_size > 5_000
+
+
+@pytest.mark.timeout(120)
+async def test_failed_run_marks_its_line(tmp_path: Path, nursery: trio.Nursery, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+    env: Env = await fake_daemon(tmp_path, nursery)
+    run = await run_to_end(env, "// a comment\nconst s = `multi\nline`;\nthrow new Error('boom: ' + s);\nreturn 1;")
+    assert run.status == "failed" and run.error_line == 4
+
+    def look() -> None:
+        browser.get(f"{env.url}/runs/{run.id}")
+        err = browser.find_element(By.CSS_SELECTOR, "#script .ln.err")
+        assert err.get_attribute("data-n") == "4" and "throw" in err.text
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#script .ln")) == 5
+        assert browser.find_element(By.CSS_SELECTOR, "#L1 .k-com").text == "// a comment"
+        assert "line`" in browser.find_element(By.ID, "L3").text           # a template literal across lines
+        assert browser.title.startswith("✗ ") and "failed" in browser.title
+        assert "(script line 4)" in browser.find_element(By.ID, "run-error").text
+        assert not console_errors(browser)
+
+    await in_thread(look)
+
