@@ -158,7 +158,10 @@ async def flood_main(n: int, path: str) -> None:
         statuses = [await flood.status_of(c) for c in clients]
         for c in clients:
             await c.aclose()
-        await trio.sleep(12)
+        lat_after = []
+        for _ in range(48):                            # 12 s: the streams unwind, the heap is handed back
+            await trio.sleep(0.25)
+            lat_after.append(await flood.healthz_ms(host, port))
         after = flood.rss_mb(d.proc.pid)
         stats = await flood.stream_stats(host, port)
         print(f"{n} non-reading clients on {paths[0]} (opened in {opened:.1f} s): "
@@ -167,7 +170,8 @@ async def flood_main(n: int, path: str) -> None:
               f"{stats['dropped']} dropped by the daemon")
         print(f"daemon RSS: {base:.0f} MB before, {peak:.0f} MB at peak (+{peak - base:.0f} MB), "
               f"{after:.0f} MB 12 s after they left")
-        print(f"/healthz meanwhile ({len(lat)} requests): {flood.summary(lat)}")
+        print(f"/healthz meanwhile ({len(lat)} requests): {flood.summary(lat)}; "
+              f"after they left ({len(lat_after)}): {flood.summary(lat_after)}")
     finally:
         d.proc.terminate()
         await d.proc.wait()

@@ -38,6 +38,7 @@ MAX_PER_CLIENT = 16
 CHUNK = 32 * 1024
 SNDBUF = 32 * 1024
 STALL_S = 10.0
+REAP_AT_ONCE = 32
 KEEPALIVE_S = 15.0
 # Least time between two sends to one viewer: a burst of events goes out as one write
 # (and a run list being logged to 100 times a second refreshes twice a second).
@@ -141,16 +142,17 @@ class Viewers:
         return [v for vs in self.by_client.values() for v in vs
                 if v.sending_since is not None and now - v.sending_since >= self.stall_s]
 
-    def reap(self) -> int:
-        """Drop every viewer stuck in one send for stall_s or longer; returns how many."""
+    def reap(self, limit: int = REAP_AT_ONCE) -> int:
+        """Drop viewers stuck in one send for stall_s or longer, longest stuck first, at most
+        `limit` at a time (hundreds unwinding at once would stall the loop); returns how many."""
         self._last_reap = self.clock()
-        stuck = [v for v in self.stalled() if v.drop is not None]
-        for v in stuck:
+        stuck = sorted((v for v in self.stalled() if v.drop is not None), key=lambda v: v.sending_since or 0.0)
+        for v in stuck[:limit]:
             self._drop(v)
-        return len(stuck)
+        return len(stuck[:limit])
 
     def reap_now_and_then(self) -> None:
-        if self.clock() - self._last_reap >= self.stall_s / 2:
+        if self.clock() - self._last_reap >= 1.0:
             self.reap()
 
 
@@ -163,7 +165,8 @@ def hand_back_memory_later() -> None:
 
     async def later() -> None:
         await trio.sleep(TRIM_AFTER_S)
-        MALLOC_TRIM()
+        # In a worker thread: trimming a fragmented heap can take a few hundred ms.
+        await trio.to_thread.run_sync(MALLOC_TRIM)
     trio.lowlevel.spawn_system_task(later, name="dashboard: malloc_trim after a flood")
 
 
