@@ -228,7 +228,8 @@
       const ticks = [], lines = [];
       for (let t = first, i = 0; t <= t1 + 1e-9 && i < 50; t += step, i++) {
         const left = x(t).toFixed(3) + "%";
-        const tick = el("div", { class: "tl-tick", title: SB.wall(t), text: rel(t - this.start) });
+        // A label at the far right edge would be cut off; its gridline still shows.
+        const tick = el("div", { class: "tl-tick", title: SB.wall(t), text: x(t) < 96 ? rel(t - this.start) : "" });
         tick.style.left = left;
         const line = el("div", { class: "tl-gridline" });
         line.style.left = left;
