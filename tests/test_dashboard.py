@@ -364,3 +364,23 @@ async def test_resume_links_and_failing_line(dash: Env) -> None:
     # The replayed agent is marked, in its row and in the page's data for the timeline.
     data = json.loads(new.split('id="sb-data">', 1)[1].split("</script>", 1)[0])
     assert data["agents"][0]["replayed"] is True and "replayed" in new
+
+
+async def test_run_list_stream_coalesces_a_log_flood(dash: Env) -> None:
+    """Every log() line changes the run's row; a list viewer gets the latest row at most
+    twice a second, not one event per line."""
+    got: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=dash.url, timeout=httpx.Timeout(10, read=None)) as c:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as n:
+                async def watch() -> None:
+                    async for ev in sse_events(c, "/events"):
+                        if ev.get("event") == "run":
+                            got.append(json.loads(ev["data"]))
+                            if got[-1]["status"] == "completed":
+                                n.cancel_scope.cancel()
+                n.start_soon(watch)
+                await trio.sleep(0.2)
+                await run_to_end(dash, "for (let i = 0; i < 300; i++) log('line ' + i);\nreturn 1", label="chatty")
+    assert got[-1]["status"] == "completed" and got[-1]["label"] == "chatty"
+    assert len(got) < 40, len(got)
