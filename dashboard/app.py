@@ -66,7 +66,6 @@ def register(app: Quart, services: Any) -> None:
     index = listing.RunIndex()
     viewers = sse.Viewers()
     viewers.on_ebb = sse.hand_back_memory_later
-    app.extensions["swarmbase.viewers"] = viewers
     bp = Blueprint("dashboard", __name__)
     # Plain (not async) Jinja: Quart's async rendering costs a scheduler trip per output
     # fragment, ~30 ms for a 150-row list; this renders it in a few.
