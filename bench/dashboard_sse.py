@@ -1,6 +1,12 @@
-"""50 SSE viewers on a run with 200 agents.
+"""SSE figures: 50 viewers on a run with 200 agents, and a flood of clients that never read.
 
     python3 bench/dashboard_sse.py [--viewers 50] [--agents 200]
+    python3 bench/dashboard_sse.py --flood 1500 [--path run|list|idle]
+
+Flood mode: the daemon (`python -m swarmbase`) holds a live run whose event buffer is
+full; N clients (spread over 127.0.0.2…) ask for its stream and never read. Prints the
+daemon's RSS before, at its peak and after they leave, the most streams served at once,
+and /healthz latency meanwhile.
 
 The daemon runs as its own process (`python -m swarmbase`) with the fake CLI as its
 claude engine. The viewers (lean SSE readers, in this process) watch the run's event stream
@@ -85,7 +91,11 @@ async def main(viewers: int, agents: int) -> None:
             async def viewer(i: int) -> None:
                 # A lean SSE reader (HTTP/1.0, so the body is not chunked): 50 full HTTP
                 # clients in one Python process would measure the clients, not the daemon.
-                stream = await trio.open_tcp_stream(host, int(port))
+                # Spread over loopback addresses: the daemon caps streams per client address.
+                sock = trio.socket.socket()
+                await sock.bind((f"127.0.0.{2 + i % 100}", 0))
+                await sock.connect((host, int(port)))
+                stream = trio.SocketStream(sock)
                 async with stream:
                     await stream.send_all(f"GET /runs/{run_id}/events HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
                     ready.release()
@@ -126,9 +136,55 @@ async def main(viewers: int, agents: int) -> None:
         await proc.wait()
 
 
+async def flood_main(n: int, path: str) -> None:
+    from tests import flood
+    tmp = Path(tempfile.mkdtemp(prefix="sb-bench-flood-"))
+    d = await flood.start_daemon(tmp)
+    try:
+        host, port = d.host_port
+        run_id = await flood.start_backlog_run(d, tmp / "gate")
+        await trio.sleep(1)
+        paths = {"run": [f"/runs/{run_id}/events"], "list": ["/events"], "idle": ["/streams"]}[path]
+        base = flood.rss_mb(d.proc.pid)
+        t0 = time.perf_counter()
+        clients = await flood.flood(host, port, paths, n)
+        opened = time.perf_counter() - t0
+        peak, most, lat = base, 0, []
+        for _ in range(60):
+            await trio.sleep(0.25)
+            peak = max(peak, flood.rss_mb(d.proc.pid))
+            lat.append(await flood.healthz_ms(host, port))
+            most = max(most, (await flood.stream_stats(host, port))["streams"])
+        statuses = [await flood.status_of(c) for c in clients]
+        for c in clients:
+            await c.aclose()
+        lat_after = []
+        for _ in range(48):                            # 12 s: the streams unwind, the heap is handed back
+            await trio.sleep(0.25)
+            lat_after.append(await flood.healthz_ms(host, port))
+        after = flood.rss_mb(d.proc.pid)
+        stats = await flood.stream_stats(host, port)
+        print(f"{n} non-reading clients on {paths[0]} (opened in {opened:.1f} s): "
+              f"{statuses.count(200)} answered 200, {statuses.count(429)} 429, {statuses.count(503)} 503, "
+              f"{statuses.count(0)} dropped before answering; at most {most} streams at once; "
+              f"{stats['dropped']} dropped by the daemon")
+        print(f"daemon RSS: {base:.0f} MB before, {peak:.0f} MB at peak (+{peak - base:.0f} MB), "
+              f"{after:.0f} MB 12 s after they left")
+        print(f"/healthz meanwhile ({len(lat)} requests): {flood.summary(lat)}; "
+              f"after they left ({len(lat_after)}): {flood.summary(lat_after)}")
+    finally:
+        d.proc.terminate()
+        await d.proc.wait()
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--viewers", type=int, default=50)
     p.add_argument("--agents", type=int, default=200)
+    p.add_argument("--flood", type=int, default=0, help="clients that never read (flood mode)")
+    p.add_argument("--path", choices=["run", "list", "idle"], default="run")
     a = p.parse_args()
-    trio.run(main, a.viewers, a.agents)
+    if a.flood:
+        trio.run(flood_main, a.flood, a.path)
+    else:
+        trio.run(main, a.viewers, a.agents)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .views import usd
+
 
 def _text(content: Any) -> str:
     if isinstance(content, str):
@@ -14,8 +16,26 @@ def _text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False)
 
 
-def item(kind: str, title: str, body: str = "") -> dict[str, str]:
-    return {"kind": kind, "title": title, "body": body[:20_000]}
+def item(kind: str, title: str, body: str = "", rows: list[list[str]] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": kind, "title": title, "body": body[:20_000]}
+    if rows:
+        out["rows"] = rows
+    return out
+
+
+USAGE_NAMES = {"input_tokens": "input tokens", "output_tokens": "output tokens",
+               "cache_read_input_tokens": "cache read tokens", "cache_creation_input_tokens": "cache write tokens",
+               "cached_input_tokens": "cached input tokens", "reasoning_output_tokens": "reasoning tokens"}
+
+
+def usage_rows(usage: Any, extra: list[list[str]] | None = None) -> list[list[str]]:
+    """A usage object as table rows (known counters named, numbers grouped)."""
+    rows = []
+    if isinstance(usage, dict):
+        for k, v in usage.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                rows.append([USAGE_NAMES.get(k, k.replace("_", " ")), f"{v:,}"])
+    return rows + (extra or [])
 
 
 def _claude(e: dict[str, Any]) -> list[dict[str, str]]:
@@ -57,9 +77,17 @@ def _claude(e: dict[str, Any]) -> list[dict[str, str]]:
     if t == "result":
         cost = e.get("total_cost_usd")
         head = f"result: {e.get('subtype')}" + (" · error" if e.get("is_error") else "") + \
-            (f" · ${cost:.4f}" if isinstance(cost, (int, float)) else "")
+            (f" · {usd(cost)}" if isinstance(cost, (int, float)) else "")
         body = e.get("result") if isinstance(e.get("result"), str) else "\n".join(map(str, e.get("errors") or []))
-        return [item("error" if e.get("is_error") else "result", head, body or "")]
+        extra = [[k, v] for k, v in (("cost", usd(cost) if isinstance(cost, (int, float)) else None),
+                                     ("turns", str(e["num_turns"]) if isinstance(e.get("num_turns"), int) else None),
+                                     ("duration", f"{e['duration_ms'] / 1000:.1f}s"
+                                      if isinstance(e.get("duration_ms"), (int, float)) else None)) if v]
+        out = [item("error" if e.get("is_error") else "result", head, body or "")]
+        rows = usage_rows(e.get("usage"), extra)
+        if rows:
+            out.append(item("usage", "usage", rows=rows))
+        return out
     return []
 
 
@@ -85,7 +113,7 @@ def _codex(e: dict[str, Any]) -> list[dict[str, str]]:
             return [item("error", "error", it.get("message", ""))]
         return [item("system", f"item: {kind}")]
     if t == "turn.completed":
-        return [item("result", "turn completed", json.dumps(e.get("usage"), indent=2))]
+        return [item("usage", "turn completed", rows=usage_rows(e.get("usage")))]
     if t in ("turn.failed", "error"):
         msg = (e.get("error") or {}).get("message") if t == "turn.failed" else e.get("message")
         return [item("error", t, str(msg))]

@@ -1,4 +1,4 @@
-"""`swarmbase` / `python -m swarmbase`: serve (default) or add-caller NAME."""
+"""`swarmbase` / `python -m swarmbase`: serve (default), add-caller NAME, check-config, admin-link LOGIN."""
 
 from __future__ import annotations
 
@@ -67,6 +67,24 @@ def _add_syslog() -> None:
     logging.getLogger("swarmbase").warning("--syslog: no system log socket found; logging to stderr only")
 
 
+def _admin_link(login: str) -> int:
+    from . import admin
+    try:
+        cfg = config.load(config.config_path())
+    except config.ConfigError as e:
+        print(f"swarmbase: bad config: {e}", file=sys.stderr)
+        return 2
+    if login not in cfg.dashboard.adminLogins:
+        print(f"swarmbase: {login!r} is not listed in dashboard.adminLogins; add it to the config first",
+              file=sys.stderr)
+        return 2
+    token = admin.AdminStore(cfg.state_dir).create_link(login)
+    print(admin.link_url(cfg.publicUrl, cfg.port, token))
+    print(f"swarmbase: open it within {admin.LINK_TTL_S // 60} minutes in the browser signed in to the tailnet "
+          f"as {login}; it works once, and the session lasts {admin.SESSION_TTL_S // 3600} hours", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="swarmbase", description="SwarmBase daemon")
     sub = parser.add_subparsers(dest="cmd")
@@ -76,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     add = sub.add_parser("add-caller", help="create a caller's token and key file and add it to the config")
     add.add_argument("name")
     sub.add_parser("check-config", help="validate the config and exit")
+    link = sub.add_parser("admin-link", help="print a one-time link that signs a browser in as a dashboard admin")
+    link.add_argument("login", help="a login listed in dashboard.adminLogins")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="swarmbase: %(levelname)s %(name)s: %(message)s")
     if getattr(args, "syslog", False):
@@ -87,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"swarmbase: {e}", file=sys.stderr)
             return 2
         return 0
+    if args.cmd == "admin-link":
+        return _admin_link(args.login)
     if args.cmd == "check-config":
         try:
             config.load(config.config_path())

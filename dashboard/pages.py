@@ -1,0 +1,192 @@
+"""Gathering what a page shows from the supervisor and the run store.
+
+Reads fields the core may not have yet (reserved spend, token ledgers, `workflow`,
+`priced`, `resumed_as`, `script_name`, `damaged`) with defaults, so the dashboard works
+before and after the core's rows grow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from swarmbase import fsutil
+
+from . import views
+from .transcript import render_transcript
+
+HISTORY_READS = 1_000        # agents whose records are read for the timeline's waits
+SCRIPT_SHOWN = 200_000       # bytes of a script shown on its run page
+TRANSCRIPT_TAIL = 4 << 20    # bytes of a transcript read for its agent page
+FIRST_LINES_KEPT = 4_096
+
+
+def tail_lines(path: Path, limit: int) -> tuple[list[Any], bool]:
+    """Parsed JSON lines of the last `limit` bytes of a file; True if earlier ones were cut."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - limit))
+            raw = f.read()
+    except FileNotFoundError:
+        return [], False
+    cut = size > limit
+    if cut:
+        raw = raw[raw.find(b"\n") + 1:]
+    out = []
+    for line in raw.split(b"\n"):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out, cut
+
+
+def safe_json(value: Any) -> str:
+    """JSON for a <script type="application/json"> block: nothing in it can close the tag."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+class Pages:
+    def __init__(self, sup: Any) -> None:
+        self.sup = sup
+        self._first_lines: OrderedDict[str, str] = OrderedDict()
+
+    # -- labels ---------------------------------------------------------------------
+    def label(self, run: Any, disk: bool = True) -> str:
+        """The run's label, else its meta.name, else its script's first line, else its id.
+        disk=False (search) never uses the script: a search must not depend on which runs
+        happened to be shown before."""
+        if run.label:
+            return run.label
+        name = (run.meta or {}).get("name") if isinstance(run.meta, dict) else None
+        if isinstance(name, str) and name:
+            return name
+        name = getattr(run, "script_name", None)
+        if isinstance(name, str) and name:
+            return name
+        if not disk:
+            return run.id
+        line = self._first_lines.get(run.id)
+        if line is None:
+            try:
+                with open(self.sup.store.dir(run) / "script.js", "rb") as f:
+                    line = views.first_line(f.read(4096).decode("utf-8", "replace"))
+            except OSError:
+                line = ""
+            self._first_lines[run.id] = line
+            while len(self._first_lines) > FIRST_LINES_KEPT:
+                self._first_lines.popitem(last=False)
+        return line or run.id
+
+    # -- the run list -----------------------------------------------------------------
+    def list_row(self, run: Any) -> dict[str, Any]:
+        return {"id": run.id, "label": self.label(run), "caller": run.caller, "status": run.status,
+                "spent": views.usd(run.spent_usd), "estimated": bool(run.spent_estimated),
+                "budget": views.usd(run.budget_usd), "done": run.agents_done, "total": run.agents_total,
+                "created": run.created_at, "ended": run.ended_at, "error": run.error or ""}
+
+    def damaged(self) -> list[dict[str, Any]]:
+        items = getattr(self.sup, "damaged", None) or []
+        return [d for d in items if isinstance(d, dict)]
+
+    # -- the run page -------------------------------------------------------------------
+    def run_view(self, run: Any) -> dict[str, Any]:
+        sup = self.sup
+        live = sup.live.get(run.id)
+        phases = [{"title": p.get("title"), "workflow": str(p.get("workflow") or ""),
+                   "rows": sorted((views.normalize(a, p.get("title")) for a in p.get("agents", [])),
+                                  key=lambda r: r.get("n", 0))} for p in sup.phases(run)]
+        rows = [r for p in phases for r in p["rows"]]
+        adir = sup.store.dir(run) / "agents"
+        for i, r in enumerate(rows):
+            rec = live.agents.get(r["n"]) if live is not None else None
+            if rec is not None:
+                history, error = rec.history, rec.error
+            elif i < HISTORY_READS:
+                saved = read_json(adir / str(r["n"]) / "agent.json")
+                history, error = (saved or {}).get("history") or [], (saved or {}).get("error")
+            else:
+                history, error = [], None
+            r["segs"] = views.segments(history)
+            if r.get("error") is None and r["state"] in views.WHY_STATES:
+                r["error"] = error
+        usd_ledger = getattr(getattr(live, "usd", None), "ledger", None)
+        tok_ledger = getattr(getattr(live, "tokens", None), "ledger", None)
+        reserved = _num(getattr(run, "reserved_usd", None), getattr(usd_ledger, "reserved", 0.0))
+        codex_tokens = sum(r["tokens"] for r in rows if r["engine"] == "codex")
+        spent_tokens = _num(getattr(run, "spent_tokens", None), getattr(tok_ledger, "spent", codex_tokens))
+        reserved_tokens = _num(getattr(run, "reserved_tokens", None), getattr(tok_ledger, "reserved", 0))
+        script = self._script(run)
+        return {
+            "run": run, "label": self.label(run), "phases": phases,
+            "rows": rows, "byPhase": views.totals(rows, "phase"), "byEngine": views.totals(rows, "engine"),
+            "budget": {"spent": run.spent_usd, "reserved": reserved, "total": run.budget_usd,
+                       "estimated": bool(run.spent_estimated), **views.budget_bar(run.spent_usd, reserved,
+                                                                                  run.budget_usd)},
+            "tokens": {"spent": int(spent_tokens), "reserved": int(reserved_tokens), "total": run.budget_tokens,
+                       "shown": bool(codex_tokens or spent_tokens or reserved_tokens),
+                       **views.budget_bar(spent_tokens, reserved_tokens, run.budget_tokens)},
+            "script": script, "args": json.dumps(run.args, indent=2, ensure_ascii=False),
+            "resumedAs": getattr(run, "resumed_as", None) or self._resumed_as(run),
+            "title": views.run_title(run.status, self.label(run), run.agents_done, run.agents_total,
+                                     sum(1 for r in rows if r["state"] == "running")),
+        }
+
+    def _script(self, run: Any) -> str:
+        try:
+            with open(self.sup.store.dir(run) / "script.js", "rb") as f:
+                return f.read(SCRIPT_SHOWN).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def _resumed_as(self, run: Any) -> str | None:
+        later = [r for r in self.sup.runs.values() if r.resumed_from == run.id]
+        return max(later, key=lambda r: r.created_at).id if later else None
+
+    def client_data(self, view: dict[str, Any], after: int) -> str:
+        run = view["run"]
+        return safe_json({"runId": run.id, "status": run.status, "label": view["label"], "caller": run.caller,
+                          "createdAt": run.created_at, "endedAt": run.ended_at, "after": after,
+                          "agents": view["rows"], "budget": view["budget"], "tokens": view["tokens"],
+                          "done": run.agents_done, "total": run.agents_total, "errorLine": run.error_line})
+
+    # -- the agent page -----------------------------------------------------------------
+    def agent_view(self, run: Any, n: int) -> dict[str, Any] | None:
+        d = self.sup.store.dir(run) / "agents" / str(n)
+        record = read_json(d / "agent.json")
+        if not isinstance(record, dict):
+            return None
+        live = self.sup.live.get(run.id)
+        if live is not None and n in live.agents:
+            record = live.agents[n].to_json()
+        entries, cut = tail_lines(d / "transcript.jsonl", TRANSCRIPT_TAIL)
+        tokens = record.get("tokens") if isinstance(record.get("tokens"), dict) else {"total": record.get("tokens")}
+        row = views.normalize({**record, "tokens": tokens.get("total") or 0})
+        try:
+            prompt = (d / "prompt.txt").read_text(errors="replace")
+        except OSError:
+            prompt = ""
+        return {"record": record, "row": row, "tokens": tokens, "prompt": prompt,
+                "options": json.dumps(read_json(d / "opts.json"), indent=2, ensure_ascii=False),
+                "transcript": render_transcript(entries), "cut": cut, "entries": entries}
+
+
+def read_json(path: Path) -> Any:
+    """A record, or None if it is missing or damaged (a page shows what it can)."""
+    try:
+        return fsutil.read_json(path)
+    except (OSError, ValueError):
+        return None
+
+
+def _num(*candidates: Any) -> float:
+    for c in candidates:
+        if isinstance(c, (int, float)) and not isinstance(c, bool):
+            return float(c)
+    return 0.0
