@@ -41,15 +41,21 @@ def write_default(path: Path) -> str:
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     token_path, digest = _new_token_file(state, "local")
     engines = _found_engines()
+    # The sandbox needs bubblewrap; without it the daemon still starts, unconfined (see README).
+    sandbox = "bwrap" if shutil.which("bwrap") else "none"
     cfg = {
         "port": DEFAULT_PORT,
+        "sandbox": sandbox,
         "engines": engines,
         "callers": [{"name": "local", "tokenSha256": digest, "engines": sorted(engines),
                      "maxProfile": "read"}],
     }
     fsutil.write_json(path, cfg)
     found = ", ".join(sorted(engines)) or "none (install claude and restart to enable agents)"
-    return (f"swarmbase: wrote a first config to {path}\n"
+    sandbox_note = "" if sandbox == "bwrap" else (
+        "swarmbase: bubblewrap is not installed: agents and scripts run without the sandbox "
+        "(apt-get install bubblewrap, then set \"sandbox\": \"bwrap\")\n")
+    return (f"swarmbase: wrote a first config to {path}\n{sandbox_note}"
             f"swarmbase: caller 'local' token is in {token_path} (mode 0600)\n"
             f"swarmbase: engines found on PATH: {found}\n"
             f"swarmbase: connect an MCPL host to ws://127.0.0.1:{DEFAULT_PORT}/mcpl?token=<contents of {token_path.name}>")
