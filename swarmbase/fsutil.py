@@ -58,16 +58,7 @@ def read_json(path: Path, default: Any = None) -> Any:
 
 
 def append_line(path: Path, value: Any, durable: bool = True) -> None:
-    line = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        write_all(fd, line)
-        if durable:
-            os.fsync(fd)
-    except OSError as e:
-        raise _named(e, path) from None
-    finally:
-        os.close(fd)
+    append_lines(path, [value], durable)
 
 
 def _named(e: BaseException, path: Path) -> BaseException:

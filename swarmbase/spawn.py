@@ -148,26 +148,15 @@ async def open_child(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | 
     ours: dict[str, int] = {}
     theirs: list[int] = []
     try:
-        if stdin == PIPE:
-            r, w = os.pipe()
-            ours["stdin"], fds["stdin"] = w, r
-            theirs.append(r)
-        elif stdin is not None:
-            fds["stdin"] = stdin
-        if stdout == PIPE:
-            r, w = os.pipe()
-            ours["stdout"], fds["stdout"] = r, w
-            theirs.append(w)
-        elif stdout is not None:
-            fds["stdout"] = stdout
-        if stderr == PIPE:
-            r, w = os.pipe()
-            ours["stderr"], fds["stderr"] = r, w
-            theirs.append(w)
-        elif stderr == subprocess.STDOUT:
-            fds["stderr"] = fds.get("stdout", subprocess.STDOUT)
-        elif stderr is not None:
-            fds["stderr"] = stderr
+        for name, want, parent_reads in (("stdin", stdin, False), ("stdout", stdout, True), ("stderr", stderr, True)):
+            if want == PIPE:
+                r, w = os.pipe()
+                ours[name], fds[name] = (r, w) if parent_reads else (w, r)
+                theirs.append(fds[name])
+            elif want == subprocess.STDOUT:
+                fds[name] = fds.get("stdout", subprocess.STDOUT)
+            elif want is not None:
+                fds[name] = want
         setup = _child_setup(os.getpid(), limits.rlimits())
         popen = await on_spawner(lambda: subprocess.Popen(
             list(argv), stdin=fds.get("stdin"), stdout=fds.get("stdout"), stderr=fds.get("stderr"),
