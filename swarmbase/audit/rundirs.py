@@ -1,0 +1,93 @@
+"""Reading run dirs for the audit, usage and spend views: read-only, never trusting a file
+to parse (a damaged file reads as None and the caller says so)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import attrs
+
+
+def read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+
+
+def read_json(path: Path) -> Any:
+    data = read_bytes(path)
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def agent_numbers(run_dir: Path) -> list[int]:
+    d = run_dir / "agents"
+    if not d.is_dir():
+        return []
+    return sorted(int(p.name) for p in d.iterdir() if p.name.isdigit() and p.is_dir())
+
+
+def agent_records(run_dir: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(n, agent.json) for every agent whose record parses."""
+    for n in agent_numbers(run_dir):
+        rec = read_json(run_dir / "agents" / str(n) / "agent.json")
+        if isinstance(rec, dict):
+            yield n, rec
+
+
+@attrs.define
+class RunIndex:
+    """Every run dir under <state>/runs by run id, with its run.json (None if unreadable)."""
+    state_dir: Path
+    dirs: dict[str, Path] = attrs.Factory(dict)
+    runs: dict[str, dict[str, Any]] = attrs.Factory(dict)
+    unreadable: list[Path] = attrs.Factory(list)
+
+    @classmethod
+    def scan(cls, state_dir: Path) -> "RunIndex":
+        idx = cls(state_dir)
+        root = state_dir / "runs"
+        if not root.is_dir():
+            return idx
+        for d in sorted(root.iterdir()):
+            if not d.is_dir():
+                continue
+            data = read_json(d / "run.json")
+            if isinstance(data, dict) and isinstance(data.get("id"), str):
+                idx.dirs[data["id"]] = d
+                idx.runs[data["id"]] = data
+            else:
+                idx.unreadable.append(d)
+        return idx
+
+    def rel(self, path: Path) -> str:
+        """A path as shown to the user: relative to the state dir."""
+        try:
+            return str(path.relative_to(self.state_dir))
+        except ValueError:
+            return str(path)
+
+    def nested_children(self, run_id: str) -> list[str]:
+        """Runs whose run.json says they are nested workflows of `run_id`, oldest first."""
+        kids = [rid for rid, r in self.runs.items()
+                if isinstance(r.get("nestedIn"), dict) and r["nestedIn"].get("runId") == run_id]
+        return sorted(kids, key=lambda rid: self.runs[rid].get("createdAt") or 0)
+
+    def resumed_chain(self, run_id: str) -> list[str]:
+        """The runs `run_id` resumed, newest first (it, then what it resumed, ...); stops at
+        a missing run or a cycle."""
+        out: list[str] = []
+        seen = {run_id}
+        cur = self.runs.get(run_id, {}).get("resumedFrom")
+        while isinstance(cur, str) and cur in self.runs and cur not in seen:
+            out.append(cur)
+            seen.add(cur)
+            cur = self.runs[cur].get("resumedFrom")
+        return out
