@@ -80,6 +80,7 @@ def write_run(state: Path, agents: list[AgentSpec], *, caller: str = "alice", sc
     for message in log:
         append(d / "log.jsonl", {"at": iso(time.time()), "level": "info", "message": message},
                chains.log if chains else None)
+    latest = now
     for n, spec in enumerate(agents, start=1):
         rec = AgentRecord(n=n, dir=d / "agents" / str(n), label=spec.label, engine=spec.engine, model=spec.model,
                           profile="read", replayed=spec.replayed)
@@ -90,6 +91,7 @@ def write_run(state: Path, agents: list[AgentSpec], *, caller: str = "alice", sc
         rec.set_state(spec.state, **({"error": "boom"} if spec.state == "failed" else {}))
         end = spec.ended_at if spec.ended_at is not None else time.time()
         rec.ended_at, rec.started_at = end, end - spec.duration
+        latest = max(latest, end)
         rec.cost_usd, rec.tokens, rec.cost_estimated = spec.cost, spec.tokens, spec.estimated
         rec.error = "boom" if spec.state == "failed" else None
         body = {**rec.to_json(), "workflow": spec.workflow, "priced": spec.priced}
@@ -107,7 +109,7 @@ def write_run(state: Path, agents: list[AgentSpec], *, caller: str = "alice", sc
     if status == "completed" and result is not None:
         store.save_result(run, result)
     if status in ("completed", "failed", "cancelled", "interrupted") and sealed:
-        run.set_status(status, now + 5)
+        run.set_status(status, latest + 5)
         if chains:
             data = run.to_json()
             files = {"script.js": file_sha256((d / "script.js").read_bytes())}
