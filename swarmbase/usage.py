@@ -127,14 +127,20 @@ def report_for_state(state_dir: Path, start: str | None = None, end: str | None 
     return report(runs_on_disk(state_dir, first, last, caller), first, last)
 
 
+def supervisor_runs(sup: Any, caller: str | None, first: dt.date, last: dt.date) -> list[tuple[str, Path]]:
+    """(caller, dir) of the daemon's runs that may hold agents ending in the window, pruned
+    on the runs it holds in memory. Cheap; call it on the event loop, then `report` (which
+    reads files) may run in a thread."""
+    lo, hi = epoch(first), epoch(last + dt.timedelta(days=1))
+    return [(r.caller, sup.store.dir(r)) for r in list(sup.runs.values())
+            if (caller is None or r.caller == caller) and run_in_window(r.created_at, r.ended_at, lo, hi)]
+
+
 def report_for_supervisor(sup: Any, caller: str | None, start: str | None = None, end: str | None = None,
                           today: dt.date | None = None) -> dict[str, Any]:
-    """The daemon's view: prunes on the runs it holds in memory, reads only their agent records."""
+    """The daemon's view: reads only the agent records of runs in the window."""
     first, last = date_range(start, end, today)
-    lo, hi = epoch(first), epoch(last + dt.timedelta(days=1))
-    runs = [(r.caller, sup.store.dir(r)) for r in sup.runs.values()
-            if (caller is None or r.caller == caller) and run_in_window(r.created_at, r.ended_at, lo, hi)]
-    return report(runs, first, last)
+    return report(supervisor_runs(sup, caller, first, last), first, last)
 
 
 def tool_handler(sup: Any, caller: Any, a: dict[str, Any]) -> dict[str, Any]:

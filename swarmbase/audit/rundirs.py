@@ -67,6 +67,27 @@ class RunIndex:
                 idx.unreadable.append(d)
         return idx
 
+    @classmethod
+    def around(cls, state_dir: Path, run_id: str) -> "RunIndex":
+        """Only what verifying one run needs: it, the run it resumed and the run it is
+        nested in (found by dir name, <stamp>-<runId>, without reading other runs)."""
+        idx = cls(state_dir)
+        todo = [run_id]
+        while todo and len(idx.dirs) < 3:
+            rid = todo.pop()
+            if rid in idx.dirs or not rid.replace("_", "").isalnum():
+                continue
+            for d in sorted((state_dir / "runs").glob(f"*-{rid}")):
+                data = read_json(d / "run.json")
+                if isinstance(data, dict) and data.get("id") == rid:
+                    idx.dirs[rid], idx.runs[rid] = d, data
+                    if rid == run_id:
+                        nested = data.get("nestedIn")
+                        todo += [x for x in (data.get("resumedFrom"),
+                                             nested.get("runId") if isinstance(nested, dict) else None)
+                                 if isinstance(x, str)]
+        return idx
+
     def rel(self, path: Path) -> str:
         """A path as shown to the user: relative to the state dir."""
         try:
