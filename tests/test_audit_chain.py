@@ -178,3 +178,14 @@ def test_agent_record_and_end_record() -> None:
     assert chain.verify_end("run.json", end, end_start) is None
     assert chain.verify_end("run.json", {**end, "spentUsd": 0.4}, end_start) is not None
     assert chain.verify_end("run.json", end, "0" * 64) is not None
+
+
+@pytest.mark.parametrize("body", [
+    {"prev": "p", "a": 1, "z": [1.5, -0.0, 1e300, None, True], "m": {"b": {"y": 1, "x": "\u2028é\\"}}},
+    {"prev": "p", "hash_": "x", "h": 1, "ha": 2, "hat": "\x00\t"},
+    {"prev": "p", "result": float("nan"), "big": 10**30},
+])
+def test_spliced_encoding_is_canonical(body: dict) -> None:
+    body_bytes, line, h = chain.encode(body)
+    assert body_bytes == chain.canonical(body)
+    assert line == chain.canonical({**body, "hash": h}) and h == chain.digest(body)
