@@ -230,7 +230,9 @@ def test_settings() -> None:
 def test_waits_from_history() -> None:
     h = [{"state": "queued", "at": "2026-03-01T12:00:00.000Z"}, {"state": "waiting-budget", "at": "2026-03-01T12:00:01.500Z"},
          {"state": "running", "at": "2026-03-01T12:00:04.000Z"}, {"state": "done", "at": "2026-03-01T12:00:09.000Z"}]
-    assert telemetry.state_waits(h, None) == {"queued": 1.5, "waiting-budget": 2.5}
+    assert telemetry.state_waits(telemetry.history_times(h)) == {"queued": 1.5, "waiting-budget": 2.5}
+    assert telemetry.parse_iso("2026-03-01T12:00:00Z") == telemetry.parse_iso("2026-03-01T12:00:00.000Z")
+    assert telemetry.parse_iso("not a time") is None and telemetry.parse_iso(None) is None
 
 
 def test_off_means_opentelemetry_is_never_imported(tmp_path: Path) -> None:
