@@ -200,3 +200,28 @@ def test_the_real_command(tree) -> None:
     assert bad.returncode == 1
     assert json.loads(bad.stdout)["break"] == {"file": f"runs/{new.dir_name}/log.jsonl", "line": 2,
                                                "reason": "the entry before it is missing: a line was removed"}
+
+
+def test_run_left_by_a_crash_is_sealed_from_disk(tmp_path: Path) -> None:
+    """What boot's recover() does for a run a dead daemon left in flight: the chains are
+    picked up from the files (a torn last line skipped) and the run is sealed as it is."""
+    from swarmbase import fsutil
+    from swarmbase.audit.rundirs import chains_from_disk, end_files
+    state = tmp_path / "state"
+    run = write_run(state, [AgentSpec("a"), AgentSpec("b")], status="running", sealed=False)
+    d = run_dir(state, run)
+    with open(d / "journal.jsonl", "ab") as f:
+        f.write(b'{"key":"k3:0","n":3,"res')                   # the crash, mid-append
+    data = json.loads((d / "run.json").read_text())
+    chains = chains_from_disk(d, data["link"])
+    assert chains.journal.count == 3 and set(chains.agents) == {1, 2}
+    run.set_status("interrupted", run.created_at + 60)
+    data = {**run.to_json(), "link": data["link"]}
+    data["end"] = chains.end_record(data, end_files(d))
+    fsutil.write_json(d / "run.json", data)
+    code, text = audit(state, run.id)
+    assert code == 0 and "every chain is intact" in text and "unfinished last line" in text
+    # ...and a line removed before the torn tail is still caught.
+    rows = lines(d / "journal.jsonl")
+    write_lines(d / "journal.jsonl", rows[:1] + rows[2:])
+    assert audit(state, run.id)[0] == 1

@@ -112,3 +112,25 @@ class RunIndex:
             seen.add(cur)
             cur = self.runs[cur].get("resumedFrom")
         return out
+
+
+def end_files(run_dir: Path) -> dict[str, str]:
+    """The sha256 of the whole files a run's end record fixes: script.js and result.json
+    (when the run returned a value)."""
+    import hashlib
+    out = {}
+    for name in ("script.js", "result.json"):
+        data = read_bytes(run_dir / name)
+        if data is not None:
+            out[name] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def chains_from_disk(run_dir: Path, link: dict[str, Any]) -> Any:
+    """The run's chains picked up from its files: to seal a run that a dead daemon left in
+    flight (boot's recover) or to go on appending after a restart."""
+    from .seal import RunChains
+    agents = {n: data for n in agent_numbers(run_dir)
+              if (data := read_bytes(run_dir / "agents" / str(n) / "agent.json")) is not None}
+    return RunChains.resume(link, read_bytes(run_dir / "journal.jsonl") or b"",
+                            read_bytes(run_dir / "log.jsonl") or b"", agents)
