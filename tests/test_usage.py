@@ -156,3 +156,31 @@ def test_run_dirs_are_pruned_by_window(state: Path, monkeypatch: pytest.MonkeyPa
     assert rep["totals"] == sum_of_records(state, "2026-03-14", "2026-03-15")
     # alice's first run and bob's run (its agent f ended on the 14th); not the two runs of March 1st and 10th
     assert len(opened) == 2
+
+
+async def test_tool_through_tools_call(state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The code docs/audit-integration.md gives the lead for swarmbase/mcpl/tools.py, applied
+    here to the real module: a result for the calling caller, a bad range as a tool error,
+    a bad argument as -32602."""
+    from swarmbase.mcpl import tools
+    from swarmbase.mcpl.jsonrpc import RpcError
+
+    def _usage(sup, caller, a):                    # the handler, as given to the lead
+        try:
+            return usage.tool_handler(sup, caller, a)
+        except usage.UsageError as e:
+            raise tools.ToolError(str(e)) from None
+
+    monkeypatch.setattr(tools, "TOOLS", [*tools.TOOLS, usage.TOOL])
+    monkeypatch.setattr(tools, "_VALIDATORS", {**tools._VALIDATORS,
+                                               "usage": jsonschema.Draft202012Validator(usage.TOOL["inputSchema"])})
+    monkeypatch.setattr(tools, "HANDLERS", {**tools.HANDLERS, "usage": _usage})
+    services = daemon.build_services(config.load(state / "config.json"))
+    services.supervisor.recover()
+    bob = services.cfg.caller("bob")
+    ok = tools.call(services.supervisor, bob, {"name": "usage", "arguments": {"from": "2026-01-01", "to": "2026-03-31"}})
+    assert ok["structuredContent"]["totals"] == sum_of_records(state, "2026-01-01", "2026-03-31", "bob")
+    bad = tools.call(services.supervisor, bob, {"name": "usage", "arguments": {"from": "2026-03-31", "to": "2026-01-01"}})
+    assert bad["isError"] and "after" in bad["content"][0]["text"]
+    with pytest.raises(RpcError):
+        tools.call(services.supervisor, bob, {"name": "usage", "arguments": {"caller": "alice"}})
