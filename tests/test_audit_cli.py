@@ -225,3 +225,18 @@ def test_run_left_by_a_crash_is_sealed_from_disk(tmp_path: Path) -> None:
     rows = lines(d / "journal.jsonl")
     write_lines(d / "journal.jsonl", rows[:1] + rows[2:])
     assert audit(state, run.id)[0] == 1
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../../config.json", ".."])
+def test_a_record_naming_outside_files_is_a_break_and_reads_nothing_there(tmp_path: Path, name: str) -> None:
+    """A forged agent record (consistently re-sealed) that names a file outside the run."""
+    from swarmbase import fsutil
+    from swarmbase.audit import chain
+    state = tmp_path / "state"
+    run = write_run(state, [AgentSpec("a")], status="running", sealed=False)      # no end record to contradict it
+    p = run_dir(state, run) / "agents" / "1" / "agent.json"
+    rec = json.loads(p.read_text())
+    rec["files"] = {name: "0" * 64}
+    fsutil.write_json(p, chain.seal(rec, rec["prev"]))
+    code, text = audit(state, run.id)
+    assert code == 1 and "not a file of this run" in text

@@ -34,9 +34,12 @@ class RunVerdict:
                            for c in self.chains]}
 
 
-def _file_break(idx: RunIndex, path: Path, want: str, what: str) -> Break | None:
-    if ".." in path.parts:
-        return Break(idx.rel(path.parent), 1, f"{what} names a file outside the run dir: it was edited")
+def _file_break(idx: RunIndex, folder: Path, name: Any, want: Any, what: str) -> Break | None:
+    """The file `name` in `folder` must hash to `want`. Names are plain file names: a record
+    naming anything else was not written by the daemon."""
+    if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", ".."):
+        return Break(idx.rel(folder), 1, f"{what} names {name!r}, which is not a file of this run: it was edited")
+    path = folder / name
     data = read_bytes(path)
     if data is None:
         return Break(idx.rel(path), 1, f"missing: {what} holds its hash")
@@ -152,16 +155,18 @@ def verify_run(idx: RunIndex, run_id: str) -> RunVerdict:
 
 def _files_break(idx: RunIndex, d: Path, end: Any, results: list[ChainResult]) -> Break | None:
     if isinstance(end, dict):
-        for name, want in sorted((end.get("files") or {}).items()):
-            brk = _file_break(idx, d / name, want, "the run's end record")
+        files = end.get("files") if isinstance(end.get("files"), dict) else {}
+        for name, want in sorted(files.items()):
+            brk = _file_break(idx, d, name, want, "the run's end record")
             if brk:
                 return brk
     for r in results:
         if not r.name.startswith("agents/") or r.last is None:
             continue
         rec = json.loads((d / r.name).read_bytes())
-        for name, want in sorted((rec.get("files") or {}).items()):
-            brk = _file_break(idx, d / Path(r.name).parent / name, want, f"{r.name}")
+        files = rec.get("files") if isinstance(rec.get("files"), dict) else {}
+        for name, want in sorted(files.items()):
+            brk = _file_break(idx, d / Path(r.name).parent, name, want, r.name)
             if brk:
                 return brk
     return None
