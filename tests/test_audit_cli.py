@@ -124,7 +124,7 @@ def test_edited_old_end_record_breaks_the_resumed_link(tree) -> None:
     assert code == 1 and f"runs/{old.dir_name}/run.json line 1:" in text and new.id in text
 
 
-@pytest.mark.parametrize("what", ["agent", "prompt", "run-facts", "script", "result", "extra-agent"])
+@pytest.mark.parametrize("what", ["agent", "prompt", "run-facts", "script", "result", "extra-agent", "no-end"])
 def test_other_edits(tree, what: str) -> None:
     state, old, new, kid = tree
     d = run_dir(state, new)
@@ -146,6 +146,11 @@ def test_other_edits(tree, what: str) -> None:
     elif what == "result":
         (d / "result.json").write_text('{"value": 2}\n')
         want = f"runs/{new.dir_name}/result.json line 1"
+    elif what == "no-end":                      # dropping the seal would hide a removed tail
+        data = json.loads((d / "run.json").read_text())
+        del data["end"]
+        (d / "run.json").write_text(json.dumps(data))
+        want = f"runs/{new.dir_name}/run.json line 1: the run completed but has no end record"
     else:
         import shutil
         shutil.copytree(d / "agents" / "2", d / "agents" / "9")
@@ -240,3 +245,18 @@ def test_a_record_naming_outside_files_is_a_break_and_reads_nothing_there(tmp_pa
     fsutil.write_json(p, chain.seal(rec, rec["prev"]))
     code, text = audit(state, run.id)
     assert code == 1 and "not a file of this run" in text
+
+
+def test_stripping_the_link_and_seal_does_not_make_a_run_unchained(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    run = write_run(state, [AgentSpec("a")])
+    d = run_dir(state, run)
+    data = json.loads((d / "run.json").read_text())
+    del data["end"], data["link"]
+    (d / "run.json").write_text(json.dumps(data))
+    for name in ("journal.jsonl", "log.jsonl"):             # rewritten without hashes too
+        rows = [json.loads(r) for r in (d / name).read_text().splitlines()]
+        (d / name).write_text("".join(json.dumps({k: v for k, v in r.items() if k not in ("prev", "hash")}) + "\n"
+                                      for r in rows))
+    code, text = audit(state, run.id)
+    assert code == 1 and "agents/1/agent.json is chained" in text

@@ -19,6 +19,9 @@ from .chain import NOT_SEALED, Break, ChainResult
 from .rundirs import RunIndex, agent_numbers, read_bytes
 
 
+ENDED_STATUSES = ("completed", "failed", "cancelled", "interrupted")
+
+
 @attrs.frozen
 class RunVerdict:
     run_id: str
@@ -105,6 +108,8 @@ def verify_run(idx: RunIndex, run_id: str) -> RunVerdict:
     if end is None and link is None:
         results = [chain.verify_lines(idx.rel(d / n), n, read_bytes(d / n) or b"", None)
                    for n in (seal.JOURNAL, seal.LOG)]
+        results += [chain.verify_record(idx.rel(d / name), name, read_bytes(d / name), None)
+                    for name in map(chain.agent_chain, agent_numbers(d))]
         chained = next((r for r in results if r.status != "unchained"), None)
         if chained is not None:
             brk = Break(idx.rel(d / "run.json"), 1, f"the run has no link but {chained.name} is chained: "
@@ -113,6 +118,9 @@ def verify_run(idx: RunIndex, run_id: str) -> RunVerdict:
         return RunVerdict(run_id, "unchained", results, None, ["written before hash chains: nothing to verify"])
 
     brk = _end_break(idx, d, run, end, link) if end is not None else None
+    if end is None and run.get("status") in ENDED_STATUSES:
+        brk = Break(idx.rel(d / "run.json"), 1, f"the run {run.get('status')} but has no end record: "
+                                                   f"run.json was edited")
     if end is not None:
         link = end.get("link") if isinstance(end, dict) and isinstance(end.get("link"), dict) else link
     if brk is None and link is not None:
