@@ -1,11 +1,11 @@
 """Cost of hash chains: journal append latency with and without chaining, same machine, one run.
 
-    python3 bench/chain_cost.py [--appends 2000] [--result-bytes 1000]
+    python3 bench/chain_cost.py [--appends 2000] [--result-bytes 1000] [--agents 200]
 
 Appends journal-shaped entries with fsutil.append_line (fsync'd, as Journal.append does),
 alternating plain and chained appends so both see the same disk conditions; prints the
-latency percentiles of each, the sealing cost alone (no I/O), and how fast `audit`
-verifies a chained journal. Prints figures; asserts nothing.
+latency percentiles of each, the sealing cost alone (no I/O), how fast a chained journal
+verifies, and how long `audit` takes on a 200-agent run and the run it resumed. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def show(name: str, us: list[float]) -> None:
           f"p99 {pct(us, 99):8.1f} µs")
 
 
-def main(n: int, result_bytes: int) -> None:
+def main(n: int, result_bytes: int, agents: int) -> None:
     d = Path(tempfile.mkdtemp(prefix="sb-bench-chain-"))
     plain_path, chained_path, dict_path = d / "plain.jsonl", d / "chained.jsonl", d / "chained-dict.jsonl"
     writer = chain.ChainWriter("journal.jsonl", chain.chain_start("0" * 64, "journal.jsonl"))
@@ -92,11 +92,29 @@ def main(n: int, result_bytes: int) -> None:
           f"the dict path (seal + append_line) adds {statistics.median(chained_dict) - statistics.median(plain):+.1f} µs")
     print(f"verify: {n} lines ({len(data) / 1e6:.1f} MB) in {verify_s * 1000:.1f} ms "
           f"({n / verify_s:,.0f} lines/s)")
+    audit_tree(d / "state", agents)
+
+
+def audit_tree(state: Path, agents: int) -> None:
+    """`audit` of a run of `agents` agents resumed once (both runs' every chain verified)."""
+    import io
+
+    from swarmbase.audit.render import audit_command
+    from tests.audit_runs import AgentSpec, write_run
+    old = write_run(state, [AgentSpec(f"a{i}") for i in range(agents)])
+    new = write_run(state, [AgentSpec(f"a{i}", replayed=True) for i in range(agents)], resumed_from=old)
+    t = time.perf_counter()
+    code = audit_command(state, new.id, True, io.StringIO(), io.StringIO())
+    s = time.perf_counter() - t
+    assert code == 0
+    print(f"audit --json of a {agents}-agent run and the run it resumed ({2 * agents} agent records, "
+          f"{2 * (agents + 3)} chains): {s * 1000:.0f} ms")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--appends", type=int, default=2000)
     p.add_argument("--result-bytes", type=int, default=1000)
+    p.add_argument("--agents", type=int, default=200, help="agents per run in the audit figure")
     a = p.parse_args()
-    main(a.appends, a.result_bytes)
+    main(a.appends, a.result_bytes, a.agents)
