@@ -29,6 +29,8 @@ def verdict(state_dir: Path, run_id: str) -> dict[str, Any] | None:
 
 
 def register_audit(app: Quart, services: Any) -> None:
+    if "audit_view" in app.blueprints:  # already mounted (idempotent: the daemon may do it too)
+        return
     sup = services.supervisor
     bp = Blueprint("audit_view", __name__)
 

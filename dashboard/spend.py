@@ -30,6 +30,8 @@ async def spend_report(services: Any, start: str | None, end: str | None, caller
 
 
 def register_spend(app: Quart, services: Any) -> None:
+    if "spend" in app.blueprints:       # already mounted (idempotent: the daemon may do it too)
+        return
     sup = services.supervisor
     bp = Blueprint("spend", __name__, template_folder=str(HERE / "templates"))
 

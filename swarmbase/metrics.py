@@ -199,8 +199,11 @@ class Metrics:
 
 def register_metrics(app: Quart, services: Any, metrics: Metrics | None = None) -> Metrics:
     """GET /metrics on `app`. Returns the Metrics (add it to sup.observers and start its
-    watch_loop_lag task)."""
+    watch_loop_lag task). Registering twice returns the first Metrics."""
+    if "metrics" in app.blueprints:
+        return app.extensions["swarmbase.metrics"]
     m = metrics or Metrics(services)
+    app.extensions["swarmbase.metrics"] = m
     m.services = services
     admins = set(services.cfg.dashboard.adminLogins)
     bp = Blueprint("metrics", __name__)

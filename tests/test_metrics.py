@@ -128,6 +128,12 @@ async def test_counters_and_gauges(services: Any) -> None:
     assert val(after, "swarmbase_active_runs") == 1 and val(after, "swarmbase_agents", engine="codex", state="running") == 0
 
 
+def test_registering_twice_is_harmless(services: Any) -> None:
+    app = daemon.make_app(services)
+    m = register_metrics(app, services)
+    assert register_metrics(app, services) is m
+
+
 async def test_access(services: Any) -> None:
     app = daemon.make_app(services)
     register_metrics(app, services)
