@@ -26,11 +26,15 @@ file) is caught too. Entries appended after it are reported as breaks.
 Design log:
 - Hashing the parsed value alone (not the bytes) was rejected: `1.0` → `1.00` or
   reordered keys would pass, and "edit one byte" must always show. The writer therefore
-  emits canonical bytes; `sorted_value` makes a dict whose insertion order is canonical,
-  so the core's existing `fsutil.append_line` / `write_json` write exactly those bytes.
+  emits canonical bytes: `seal_line` gives the line itself (for an append of bytes),
+  `seal` a dict whose insertion order is canonical (so `fsutil.write_json` /
+  `append_line` write exactly those bytes).
+- Sealing and checking splice the canonical bytes from one encoding of each top-level
+  value (`encode`) instead of dumping the entry twice: chaining costs about one
+  json.dumps per entry (bench/chain_cost.py).
 - Without a secret key a chain is tamper-evident, not tamper-proof: whoever rewrites a
   whole tree consistently is not caught by the files alone. The end record's hash is small
-  enough to hand out (the run-end notice carries it), which anchors it outside the disk.
+  enough to hand out (in the run-end notice), which anchors it outside the disk.
 """
 
 from __future__ import annotations

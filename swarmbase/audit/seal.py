@@ -1,15 +1,14 @@
 """What the core calls to seal a run's records as it writes them. No file I/O here: the
-core keeps writing with fsutil (append_line / write_json emit a sealed entry's canonical
-bytes because its keys are already in canonical order).
+core keeps writing with fsutil (docs/audit-integration.md has every call site).
 
-One `RunChains` per run, made when the run starts (or picked up from disk with
-`RunChains.resume` when a run is sealed after an unclean stop):
+One `RunChains` per run, made when the run starts (or picked up from its files with
+`rundirs.chains_from_disk` after a restart):
 
-    chains = RunChains.start(run_id, script_text, resumed_from=old.id, resumed_end=old_end)
-    fsutil.append_line(journal_path, chains.journal.seal(entry))
-    fsutil.append_line(log_path, chains.log.seal(entry))
+    chains = RunChains.start(run_id, script_text, resumed_from=old.id, resumed_end=old.end)
+    fsutil.append_bytes(journal_path, chains.journal.seal_line(entry))
+    fsutil.append_bytes(log_path, chains.log.seal_line(entry))
     fsutil.write_json(agent_json, chains.agent_record(n, rec.to_json(), files))
-    run_json["end"] = chains.end_record(facts, files)
+    run.end = chains.end_record(run.to_json(), rundirs.end_files(run_dir))
 """
 
 from __future__ import annotations
