@@ -26,7 +26,7 @@ ASSETS = {"spend.js"}
 async def spend_report(services: Any, start: str | None, end: str | None, caller: str | None) -> dict[str, Any]:
     first, last = usage.date_range(start or None, end or None)
     runs = usage.supervisor_runs(services.supervisor, caller or None, first, last)
-    return await trio.to_thread.run_sync(usage.report, runs, first, last)
+    return await trio.to_thread.run_sync(usage.report, runs, first, last, usage.CACHE)
 
 
 def register_spend(app: Quart, services: Any) -> None:

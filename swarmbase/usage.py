@@ -12,8 +12,12 @@ import datetime as dt
 import json
 import re
 import sys
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterable, TextIO
+
+import attrs
 
 from .audit.rundirs import agent_records, read_json
 from .audit.tree import token_detail
@@ -78,25 +82,80 @@ def run_in_window(created_at: Any, ended_at: Any, lo: float, hi: float) -> bool:
     return True
 
 
-def report(runs: Iterable[tuple[str, Path]], first: dt.date, last: dt.date) -> dict[str, Any]:
-    """`runs`: (caller, run dir) of the runs to count (already pruned to the window)."""
+@attrs.frozen
+class Spent:
+    """What one ended, non-replayed agent record says about spend."""
+    ended_at: float
+    engine: str
+    model: str | None
+    cost: float
+    tokens: int
+    estimated: bool
+    unpriced: bool
+
+
+def spent_in(run_dir: Path) -> list[Spent]:
+    out = []
+    for _, rec in agent_records(run_dir):
+        ended = rec.get("endedAt")
+        if rec.get("replayed") or not isinstance(ended, (int, float)) or isinstance(ended, bool):
+            continue
+        cost = rec.get("costUsd")
+        out.append(Spent(float(ended), str(rec.get("engine") or "?"),
+                         rec.get("model") if isinstance(rec.get("model"), str) else None,
+                         float(cost) if isinstance(cost, (int, float)) else 0.0, token_detail(rec)["total"],
+                         bool(rec.get("estimated")), rec.get("priced", True) is False))
+    return out
+
+
+class SpentCache:
+    """The spend facts of *ended* runs, kept after their records were read once: an ended
+    run's agent records are final (sealed in its end record), so a daemon answering
+    `usage` again reads only the runs still in flight. Bounded; safe across threads (the
+    dashboard reads in a worker thread). A record edited after its run ended keeps its
+    sealed values here; `audit` shows the edit."""
+
+    def __init__(self, max_runs: int = 4096) -> None:
+        self.max_runs = max_runs
+        self._runs: OrderedDict[Path, list[Spent]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def spent(self, run_dir: Path, ended: bool) -> list[Spent]:
+        if not ended:
+            return spent_in(run_dir)
+        with self._lock:
+            hit = self._runs.get(run_dir)
+            if hit is not None:
+                self._runs.move_to_end(run_dir)
+                return hit
+        facts = spent_in(run_dir)
+        with self._lock:
+            self._runs[run_dir] = facts
+            while len(self._runs) > self.max_runs:
+                self._runs.popitem(last=False)
+        return facts
+
+
+CACHE = SpentCache()       # the daemon's (tool and dashboard); the CLI reads afresh
+
+
+def report(runs: Iterable[tuple[str, Path, bool]], first: dt.date, last: dt.date,
+           cache: SpentCache | None = None) -> dict[str, Any]:
+    """`runs`: (caller, run dir, ended) of the runs to count (already pruned to the window)."""
     lo, hi = epoch(first), epoch(last + dt.timedelta(days=1))
     groups: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
-    for caller, d in runs:
-        for _, rec in agent_records(d):
-            ended = rec.get("endedAt")
-            if rec.get("replayed") or not isinstance(ended, (int, float)) or not lo <= ended < hi:
+    for caller, d, run_ended in runs:
+        for s in cache.spent(d, run_ended) if cache else spent_in(d):
+            if not lo <= s.ended_at < hi:
                 continue
-            model = rec.get("model") if isinstance(rec.get("model"), str) else None
-            key = (utc_day(ended), caller, str(rec.get("engine") or "?"), model)
-            g = groups.setdefault(key, {"date": key[0], "caller": caller, "engine": key[2], "model": model,
+            key = (utc_day(s.ended_at), caller, s.engine, s.model)
+            g = groups.setdefault(key, {"date": key[0], "caller": caller, "engine": s.engine, "model": s.model,
                                         "costUsd": 0.0, "tokens": 0, "agents": 0, "estimated": False, "unpriced": 0})
-            cost = rec.get("costUsd")
-            g["costUsd"] += float(cost) if isinstance(cost, (int, float)) else 0.0
-            g["tokens"] += token_detail(rec)["total"]
+            g["costUsd"] += s.cost
+            g["tokens"] += s.tokens
             g["agents"] += 1
-            g["estimated"] = g["estimated"] or bool(rec.get("estimated"))
-            g["unpriced"] += rec.get("priced", True) is False
+            g["estimated"] = g["estimated"] or s.estimated
+            g["unpriced"] += s.unpriced
     rows = [groups[k] for k in sorted(groups, key=lambda k: (k[0], k[1], k[2], k[3] or ""))]
     for r in rows:
         r["costUsd"] = round(r["costUsd"], 6)
@@ -105,7 +164,7 @@ def report(runs: Iterable[tuple[str, Path]], first: dt.date, last: dt.date) -> d
     return {"from": first.isoformat(), "to": last.isoformat(), "rows": rows, "totals": totals}
 
 
-def runs_on_disk(state_dir: Path, first: dt.date, last: dt.date, caller: str | None) -> list[tuple[str, Path]]:
+def runs_on_disk(state_dir: Path, first: dt.date, last: dt.date, caller: str | None) -> list[tuple[str, Path, bool]]:
     lo, hi = epoch(first), epoch(last + dt.timedelta(days=1))
     root = state_dir / "runs"
     out = []
@@ -116,7 +175,7 @@ def runs_on_disk(state_dir: Path, first: dt.date, last: dt.date, caller: str | N
         if caller is not None and run["caller"] != caller:
             continue
         if run_in_window(run.get("createdAt"), run.get("endedAt"), lo, hi):
-            out.append((run["caller"], d))
+            out.append((run["caller"], d, run.get("endedAt") is not None))
     return out
 
 
@@ -127,12 +186,12 @@ def report_for_state(state_dir: Path, start: str | None = None, end: str | None 
     return report(runs_on_disk(state_dir, first, last, caller), first, last)
 
 
-def supervisor_runs(sup: Any, caller: str | None, first: dt.date, last: dt.date) -> list[tuple[str, Path]]:
+def supervisor_runs(sup: Any, caller: str | None, first: dt.date, last: dt.date) -> list[tuple[str, Path, bool]]:
     """(caller, dir) of the daemon's runs that may hold agents ending in the window, pruned
     on the runs it holds in memory. Cheap; call it on the event loop, then `report` (which
     reads files) may run in a thread."""
     lo, hi = epoch(first), epoch(last + dt.timedelta(days=1))
-    return [(r.caller, sup.store.dir(r)) for r in list(sup.runs.values())
+    return [(r.caller, sup.store.dir(r), not r.active) for r in list(sup.runs.values())
             if (caller is None or r.caller == caller) and run_in_window(r.created_at, r.ended_at, lo, hi)]
 
 
@@ -140,7 +199,7 @@ def report_for_supervisor(sup: Any, caller: str | None, start: str | None = None
                           today: dt.date | None = None) -> dict[str, Any]:
     """The daemon's view: reads only the agent records of runs in the window."""
     first, last = date_range(start, end, today)
-    return report(supervisor_runs(sup, caller, first, last), first, last)
+    return report(supervisor_runs(sup, caller, first, last), first, last, CACHE)
 
 
 def tool_handler(sup: Any, caller: Any, a: dict[str, Any]) -> dict[str, Any]:

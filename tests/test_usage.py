@@ -17,7 +17,7 @@ import pytest
 from swarmbase import config, daemon, usage
 from swarmbase.prices import Tokens
 
-from .audit_runs import AgentSpec, write_run
+from .audit_runs import AgentSpec, run_dir, write_run
 from .conftest import write_config
 
 TODAY = dt.date(2026, 3, 15)
@@ -184,3 +184,25 @@ async def test_tool_through_tools_call(state: Path, monkeypatch: pytest.MonkeyPa
     assert bad["isError"] and "after" in bad["content"][0]["text"]
     with pytest.raises(RpcError):
         tools.call(services.supervisor, bob, {"name": "usage", "arguments": {"caller": "alice"}})
+
+
+def test_ended_runs_are_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's cache: an ended run's records are read on the first report only; a run
+    in flight is read every time (its agents are still ending)."""
+    state = tmp_path / "state"
+    ended = write_run(state, [AgentSpec("a", cost=0.5)])
+    live = write_run(state, [AgentSpec("b", cost=0.25)], status="running", sealed=False)
+    cache = usage.SpentCache(max_runs=10)
+    reads: list[Path] = []
+    real = usage.spent_in
+    monkeypatch.setattr(usage, "spent_in", lambda d: (reads.append(d), real(d))[1])
+    runs = [("alice", run_dir(state, ended), True), ("alice", run_dir(state, live), False)]
+    today = dt.datetime.now(dt.timezone.utc).date()
+    first = usage.report(runs, today - dt.timedelta(days=1), today, cache)
+    second = usage.report(runs, today - dt.timedelta(days=1), today, cache)
+    assert first == second and first["totals"]["costUsd"] == pytest.approx(0.75)
+    assert reads == [run_dir(state, ended), run_dir(state, live), run_dir(state, live)]
+    small = usage.SpentCache(max_runs=1)
+    small.spent(run_dir(state, ended), True)
+    small.spent(run_dir(state, live), True)
+    assert list(small._runs) == [run_dir(state, live)]          # bounded: the oldest is dropped
