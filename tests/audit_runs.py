@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from swarmbase import fsutil
+from swarmbase.audit.rundirs import agent_files
 from swarmbase.audit.seal import RunChains, file_sha256
 from swarmbase.prices import Tokens
 from swarmbase.runs import journal as journal_mod
@@ -96,7 +97,7 @@ def write_run(state: Path, agents: list[AgentSpec], *, caller: str = "alice", sc
         rec.error = "boom" if spec.state == "failed" else None
         body = {**rec.to_json(), "workflow": spec.workflow, "priced": spec.priced}
         if chains:
-            files = {name: file_sha256((rec.dir / name).read_bytes()) for name in ("prompt.txt", "opts.json")}
+            files = agent_files(rec.dir)
             fsutil.write_json(rec.dir / "agent.json", chains.agent_record(n, body, files))
         else:
             fsutil.write_json(rec.dir / "agent.json", body)

@@ -152,6 +152,19 @@ def test_resume_picks_the_chain_up() -> None:
     assert verify(rows, w.last).status == "intact"
 
 
+def test_rollback_after_a_failed_write() -> None:
+    """A batch sealed but not written (a full disk) is sealed again later from the same place."""
+    w = ChainWriter("log.jsonl", START)
+    first = w.seal_line({"m": 1})
+    mark = w.mark()
+    lost = w.seal_line({"m": 2})
+    w.rollback(mark)
+    again = w.seal_line({"m": 2})
+    assert again == lost
+    r = chain.verify_lines("f", "log.jsonl", first + again, START, w.last)
+    assert r.status == "intact"
+
+
 def test_carried_entries_are_resealed() -> None:
     """A resumed run carries the old journal's successes: their old prev/hash are replaced."""
     rows, _ = sealed_file(2)

@@ -211,7 +211,7 @@ def test_run_left_by_a_crash_is_sealed_from_disk(tmp_path: Path) -> None:
     """What boot's recover() does for a run a dead daemon left in flight: the chains are
     picked up from the files (a torn last line skipped) and the run is sealed as it is."""
     from swarmbase import fsutil
-    from swarmbase.audit.rundirs import chains_from_disk, end_files
+    from swarmbase.audit.rundirs import agent_files, chains_from_disk, end_files
     state = tmp_path / "state"
     run = write_run(state, [AgentSpec("a"), AgentSpec("b")], status="running", sealed=False)
     d = run_dir(state, run)
@@ -220,6 +220,7 @@ def test_run_left_by_a_crash_is_sealed_from_disk(tmp_path: Path) -> None:
     data = json.loads((d / "run.json").read_text())
     chains = chains_from_disk(d, data["link"])
     assert chains.journal.count == 3 and set(chains.agents) == {1, 2}
+    assert set(agent_files(d / "agents" / "1")) == {"prompt.txt", "opts.json"}      # no transcript written
     run.set_status("interrupted", run.created_at + 60)
     data = {**run.to_json(), "link": data["link"]}
     data["end"] = chains.end_record(data, end_files(d))

@@ -179,6 +179,13 @@ class ChainWriter:
         self.count += 1
         return line
 
+    def mark(self) -> tuple[str | None, int]:
+        """Where the chain stands, to go back to if the sealed lines could not be written."""
+        return self.last, self.count
+
+    def rollback(self, mark: tuple[str | None, int]) -> None:
+        self.last, self.count = mark
+
     @classmethod
     def resume(cls, name: str, start: str, data: bytes) -> "ChainWriter":
         """Pick a chain up from its file's bytes (after a restart): the last whole entry

@@ -3,6 +3,7 @@ to parse (a damaged file reads as None and the caller says so)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -114,16 +115,24 @@ class RunIndex:
         return out
 
 
-def end_files(run_dir: Path) -> dict[str, str]:
-    """The sha256 of the whole files a run's end record fixes: script.js and result.json
-    (when the run returned a value)."""
-    import hashlib
+def _digests(folder: Path, names: tuple[str, ...]) -> dict[str, str]:
     out = {}
-    for name in ("script.js", "result.json"):
-        data = read_bytes(run_dir / name)
+    for name in names:
+        data = read_bytes(folder / name)
         if data is not None:
             out[name] = hashlib.sha256(data).hexdigest()
     return out
+
+
+def end_files(run_dir: Path) -> dict[str, str]:
+    """The sha256 of the whole files a run's end record fixes: script.js and result.json
+    (when the run returned a value)."""
+    return _digests(run_dir, ("script.js", "result.json"))
+
+
+def agent_files(agent_dir: Path) -> dict[str, str]:
+    """The sha256 of an agent's prompt, options and transcript, for its final record."""
+    return _digests(agent_dir, ("prompt.txt", "opts.json", "transcript.jsonl"))
 
 
 def chains_from_disk(run_dir: Path, link: dict[str, Any]) -> Any:

@@ -102,9 +102,11 @@ def depth_of(path: str) -> int:
 
 
 def agent_node(run_dir: Any, n: int, rec: dict[str, Any], base_depth: int) -> AgentNode:
-    opts = read_json(run_dir / "agents" / str(n) / "opts.json")
-    resolved = opts.get("resolved") if isinstance(opts, dict) else None
-    cwd = resolved.get("cwd") if isinstance(resolved, dict) else None
+    cwd = rec.get("cwd")
+    if not isinstance(cwd, str):        # records before the core wrote `cwd`: the resolved options
+        opts = read_json(run_dir / "agents" / str(n) / "opts.json")
+        resolved = opts.get("resolved") if isinstance(opts, dict) else None
+        cwd = resolved.get("cwd") if isinstance(resolved, dict) else None
     workflow = rec.get("workflow") if isinstance(rec.get("workflow"), str) else ""
     tokens = token_detail(rec)
     cost = rec.get("costUsd")
