@@ -22,177 +22,31 @@
 // - The daemon also pings this process over stdin; a runner whose event loop is
 //   stuck stops answering and is killed by the daemon (second watchdog layer).
 //
-// Wire (JSON lines). daemon → runner: {t:'start', script, args, budget, sliceMs}
-// {t:'reply', id, ok, value|error} {t:'budget', budget} {t:'ping', n}.
-// runner → daemon: {t:'meta', meta} {t:'call', id, op:'agent', prompt, opts}
-// {t:'phase', title} {t:'log', message} {t:'pong', n} {t:'done', ok, value|error, line}.
+// - Memory: after every slice the runner compares its usage with `memoryLimitMb` and
+//   ends the run a little below it; a failed allocation (under the daemon's hard
+//   RLIMIT_DATA) ends it too, even when the script catches the RangeError.
+//
+// Wire (JSON lines). daemon → runner:
+//   {t:'start', script, args, budget, sliceMs, memoryLimitMb}
+//   {t:'reply', id, ok, value|error, cancelled?} {t:'budget', budget} {t:'ping', n}
+//   {t:'sync', n}  (answered {t:'synced', n} in line order: a barrier)
+//   {t:'probe', id, code}  (only with SWARMBASE_TEST_PROBE=1; tests)
+// runner → daemon:
+//   {t:'meta', meta} {t:'call', id, op:'agent', prompt, opts}
+//   {t:'call', id, op:'workflow', source: text|{name}, args, opts}
+//   {t:'cancel', ids, reason}  (race/waitN losers' in-flight calls)
+//   {t:'phase', title} {t:'log', message} {t:'pong', n} {t:'synced', n}
+//   {t:'probe-result', id, ok, value|error} {t:'done', ok, value|error, line, watchdog?, memory?}
 
 import vm from 'node:vm';
 import readline from 'node:readline';
+import { GUARDS } from './context/guards.mjs';
+import { CALLS } from './context/calls.mjs';
+import { HOOKS } from './context/hooks.mjs';
 
-const BOOTSTRAP = String.raw`
-(function () {
-  'use strict';
-  const out = [];
-  const pending = new Map();
-  let nextId = 1;
-  let budgetView = { total: 0, spent: 0, reserved: 0, remaining: 0 };
-  const send = (msg) => { out.push(JSON.stringify(msg)); };
-  const plain = (v, what) => {
-    if (v === undefined) return null;
-    const text = JSON.stringify(v);
-    if (text === undefined) throw new TypeError(what + ' must be JSON-serialisable');
-    return JSON.parse(text);
-  };
-  const def = (name, value) => Object.defineProperty(globalThis, name,
-    { value, writable: false, enumerable: false, configurable: false });
-
-  // Determinism guards: these would give a different answer on resume.
-  const RealDate = Date;
-  const why = ' would differ when the run is resumed, so SwarmBase scripts may not use it. ' +
-              'Pass times and seeds in args instead.';
-  function SbDate(...a) {
-    if (!new.target) throw new Error('Date() (the current time as text)' + why);
-    if (a.length === 0) throw new Error('new Date() without arguments (the current time)' + why);
-    return Reflect.construct(RealDate, a, new.target);
-  }
-  Object.setPrototypeOf(SbDate, RealDate);
-  SbDate.prototype = RealDate.prototype;
-  Object.defineProperty(RealDate.prototype, 'constructor', { value: SbDate });
-  SbDate.now = function now() { throw new Error('Date.now()' + why); };
-  Object.defineProperty(globalThis, 'Date', { value: SbDate, writable: false, configurable: false });
-  Object.defineProperty(Math, 'random', { value: function random() { throw new Error('Math.random()' + why); },
-    writable: false, configurable: false });
-
-  // The call site's stack is captured now, so a rejection points at the script line
-  // that called the hook rather than at the bridge.
-  const call = (op, payload) => {
-    const site = new Error();
-    return new Promise((resolve, reject) => {
-      const id = nextId++;
-      pending.set(id, { resolve, reject, site });
-      send(Object.assign({ t: 'call', id, op }, payload));
-    });
-  };
-
-  function agent(prompt, opts) {
-    if (typeof prompt !== 'string' || prompt.length === 0) {
-      return Promise.reject(new TypeError('agent(prompt, opts): prompt must be a non-empty string'));
-    }
-    let o;
-    try { o = plain(opts === undefined ? {} : opts, 'agent() options'); }
-    catch (e) { return Promise.reject(e); }
-    if (o === null || typeof o !== 'object' || Array.isArray(o)) {
-      return Promise.reject(new TypeError('agent(prompt, opts): opts must be an object'));
-    }
-    return call('agent', { prompt, opts: o });
-  }
-
-  function phase(title) { send({ t: 'phase', title: String(title) }); }
-  function log(...parts) {
-    send({ t: 'log', message: parts.map((p) => typeof p === 'string' ? p : JSON.stringify(p)).join(' ') });
-  }
-
-  // parallel and pipeline settle everything they started before reporting a failure,
-  // so no agent keeps running unobserved; then the first failure in input order is thrown.
-  function firstFailure(results, what) {
-    const failed = results.filter((r) => r.status === 'rejected');
-    if (failed.length === 0) return null;
-    const e = failed[0].reason;
-    if (e && typeof e === 'object' && failed.length > 1) {
-      try { e.message = e.message + ' (' + what + ': ' + failed.length + ' of ' + results.length + ' failed)'; } catch (_) {}
-    }
-    return e;
-  }
-  async function parallel(thunks) {
-    if (!Array.isArray(thunks)) throw new TypeError('parallel(thunks): thunks must be an array of functions');
-    thunks.forEach((t, i) => { if (typeof t !== 'function') throw new TypeError('parallel(thunks): item ' + i + ' is not a function'); });
-    const results = await Promise.allSettled(thunks.map((t) => Promise.resolve().then(() => t())));
-    const err = firstFailure(results, 'parallel');
-    if (err) throw err;
-    return results.map((r) => r.value);
-  }
-  async function pipeline(items, ...stages) {
-    if (!Array.isArray(items)) throw new TypeError('pipeline(items, ...stages): items must be an array');
-    stages.forEach((s, i) => { if (typeof s !== 'function') throw new TypeError('pipeline: stage ' + i + ' is not a function'); });
-    // Each item runs through the stages on its own chain, so different items are in
-    // different stages at once; stage k of an item starts as soon as stage k-1 of that
-    // item is done. A stage gets (value, index).
-    const run = async (item, index) => {
-      let v = item;
-      for (const stage of stages) v = await stage(v, index);
-      return v;
-    };
-    const results = await Promise.allSettled(items.map((item, i) => Promise.resolve().then(() => run(item, i))));
-    const err = firstFailure(results, 'pipeline');
-    if (err) throw err;
-    return results.map((r) => r.value);
-  }
-
-  const budget = Object.freeze(Object.create(null, {
-    total: { get: () => budgetView.total, enumerable: true },
-    spent: { get: () => budgetView.spent, enumerable: true },
-    reserved: { get: () => budgetView.reserved, enumerable: true },
-    remaining: { get: () => budgetView.remaining, enumerable: true },
-    tokens: { get: () => budgetView.tokens === undefined ? null : Object.freeze(Object.assign({}, budgetView.tokens)), enumerable: true },
-    toJSON: { value: () => Object.assign({}, budgetView) },
-  }));
-
-  let meta = null;
-  const metaSink = Object.freeze(Object.create(null, {
-    value: { set: (v) => { meta = plain(v, 'meta'); send({ t: 'meta', meta }); }, get: () => meta },
-  }));
-
-  def('agent', agent);
-  def('parallel', parallel);
-  def('pipeline', pipeline);
-  def('phase', phase);
-  def('log', log);
-  def('budget', budget);
-  def('__sbMeta', metaSink);
-  def('console', Object.freeze({ log, info: log, warn: log, error: log }));
-
-  const fail = (e) => {
-    let message, line = null;
-    if (e && typeof e === 'object') {
-      message = (e.name ? e.name + ': ' : '') + e.message;
-      const m = /script\.js:(\d+)/.exec(String(e.stack || ''));
-      if (m) line = Number(m[1]);
-    } else {
-      message = 'the script threw a non-error value: ' + String(e);
-    }
-    send({ t: 'done', ok: false, error: message, line });
-  };
-
-  def('__sb', Object.freeze({
-    start(body, argsValue, b) {
-      budgetView = b;
-      def('args', Object.freeze(argsValue));
-      let result;
-      try { result = body(); } catch (e) { fail(e); return; }
-      Promise.resolve(result).then((value) => {
-        let v;
-        try { v = plain(value, 'the return value'); } catch (e) { fail(e); return; }
-        send({ t: 'done', ok: true, value: v });
-      }, fail);
-    },
-    recv(msg) {
-      if (msg.t === 'budget') { budgetView = msg.budget; return; }
-      if (msg.t === 'reply') {
-        const p = pending.get(msg.id);
-        if (!p) return;
-        pending.delete(msg.id);
-        if (msg.ok) { p.resolve(msg.value); return; }
-        const err = new Error(msg.error);
-        err.stack = 'Error: ' + msg.error + '\n' + String(p.site.stack).split('\n').slice(1).join('\n');
-        p.reject(err);
-      }
-    },
-    drain() { const s = out.join('\n'); out.length = 0; return s; },
-    pendingCount() { return pending.size; },
-  }));
-})();
-`;
+// The context's source is three parts joined into one strict function, so they share
+// names without putting anything on the script's global object (see each part's header).
+const BOOTSTRAP = "(function () {\n'use strict';\n" + GUARDS + CALLS + HOOKS + '\n})();';
 
 const write = (msg) => process.stdout.write(JSON.stringify(msg) + '\n');
 
@@ -208,6 +62,14 @@ function scriptSource(script) {
   return 'globalThis.__sbBody = (async function () { ' + rewritten + '\n});';
 }
 
+const DEFAULT_MEMORY_MB = 512;
+// The runner ends the run itself a little below the hard OS limit, while it can still
+// say why; past the hard limit an allocation fails or the process dies.
+const MEMORY_SOFT_FRACTION = 0.85;
+// Test hook (issue 13): lets a test run code in this process, outside the vm. The daemon
+// never sets it.
+const PROBES = process.env.SWARMBASE_TEST_PROBE === '1';
+
 class Runner {
   constructor() {
     this.ctx = vm.createContext(Object.create(null), {
@@ -216,23 +78,36 @@ class Runner {
       codeGeneration: { strings: true, wasm: false },
     });
     this.sliceMs = 5000;
+    this.memoryMb = DEFAULT_MEMORY_MB;
     this.finished = false;
     this.drainScript = new vm.Script('__sb.drain()');
     this.pendingScript = new vm.Script('__sb.pendingCount()');
+    this.startNextScript = new vm.Script('__sb.startNext()');
   }
 
-  eval(source, filename = 'bridge.js') {
+  eval(source, filename = 'bridge.js', timeout = this.sliceMs) {
     const s = source instanceof vm.Script ? source : new vm.Script(source, { filename });
-    return s.runInContext(this.ctx, { timeout: this.sliceMs, breakOnSigint: false });
+    return s.runInContext(this.ctx, { timeout, breakOnSigint: false });
   }
 
-  // One timed slice of script work; then forward whatever the script sent.
+  // One timed slice of script work, then one slice per race/waitN branch it queued
+  // (each branch starts in an evaluation of its own: see context/calls.mjs); then
+  // forward whatever the script sent.
   step(source) {
+    // The slice and the branch starts it queued share one time budget: a script whose
+    // branches start races of their own would otherwise never yield.
+    const deadline = performance.now() + this.sliceMs;
     try {
       this.eval(source);
+      for (;;) {
+        const left = Math.ceil(deadline - performance.now());
+        if (left <= 0) throw Object.assign(new Error('slice over'), { code: 'ERR_SCRIPT_EXECUTION_TIMEOUT' });
+        if (this.eval(this.startNextScript, undefined, left) !== true) break;
+      }
     } catch (e) {
       return this.fatal(e);
     }
+    if (this.overMemory()) return this.finishMemory();
     this.flush();
     if (!this.finished) this.checkDeadlock();
   }
@@ -246,8 +121,19 @@ class Runner {
       if (this.finished) return;
       const msg = JSON.parse(line);
       if (msg.t === 'done') this.finish(msg);
+      else if (msg.t === 'memory') this.finishMemory();
       else write(msg);
     }
+  }
+
+  overMemory() {
+    const m = process.memoryUsage();
+    return Math.max(m.rss, m.heapUsed + m.external) > this.memoryMb * 1024 * 1024 * MEMORY_SOFT_FRACTION;
+  }
+
+  finishMemory() {
+    this.finish({ t: 'done', ok: false, line: null, memory: true,
+      error: 'the script exceeded its memory limit (' + this.memoryMb + ' MB)' });
   }
 
   checkDeadlock() {
@@ -264,6 +150,7 @@ class Runner {
       return this.finish({ t: 'done', ok: false, line: null, watchdog: true,
         error: 'watchdog: the script ran for more than ' + this.sliceMs + ' ms without yielding (a busy loop?)' });
     }
+    if (e instanceof RangeError && /allocation failed/i.test(e.message)) return this.finishMemory();
     return this.finish({ t: 'done', ok: false, line: null, error: 'runner error: ' + String(e && e.message) });
   }
 
@@ -277,6 +164,7 @@ class Runner {
 
   start(msg) {
     if (Number.isInteger(msg.sliceMs) && msg.sliceMs > 0) this.sliceMs = msg.sliceMs;
+    if (Number.isFinite(msg.memoryLimitMb) && msg.memoryLimitMb > 0) this.memoryMb = msg.memoryLimitMb;
     try {
       this.eval(BOOTSTRAP, 'bootstrap.js');
     } catch (e) {
@@ -301,10 +189,26 @@ class Runner {
   }
 
   handle(msg) {
+    // Answered in line order: when the daemon reads `synced`, it has read everything
+    // this process wrote while handling the lines before `sync` (cancels included).
     if (msg.t === 'ping') return write({ t: 'pong', n: msg.n });
+    if (msg.t === 'sync') return write({ t: 'synced', n: msg.n });
+    if (msg.t === 'probe') return PROBES ? probe(msg) : undefined;
     if (this.finished) return;
     if (msg.t === 'start') return this.start(msg);
     if (msg.t === 'reply' || msg.t === 'budget') return this.step('__sb.recv(' + JSON.stringify(msg) + ')');
+  }
+}
+
+// Runs in this process's own realm, with everything the runner process itself can reach
+// (import('node:net') and the rest): that is what the tests need to see.
+async function probe(msg) {
+  const AsyncFunction = (async () => {}).constructor;
+  try {
+    const value = await new AsyncFunction(String(msg.code))();
+    write({ t: 'probe-result', id: msg.id, ok: true, value: value === undefined ? null : value });
+  } catch (e) {
+    write({ t: 'probe-result', id: msg.id, ok: false, error: String((e && e.stack) || e) });
   }
 }
 
@@ -313,7 +217,12 @@ const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity 
 rl.on('line', (line) => {
   if (!line.trim()) return;
   let msg;
-  try { msg = JSON.parse(line); } catch { return; }
+  try { msg = JSON.parse(line); } catch {
+    // The daemon never sends a line that does not parse; if one arrives the runner's state
+    // cannot be trusted (a lost start or reply would hang the run): fail it at once.
+    return runner.finish({ t: 'done', ok: false, line: null,
+      error: 'runner: a message from the daemon was not valid JSON (' + line.length + ' bytes)' });
+  }
   runner.handle(msg);
 });
 rl.on('close', () => process.exit(runner.finished ? 0 : 3));

@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from functools import partial
 
 import trio
 
 from . import config, daemon, defaults
+from .statelock import LockHeld, StateLock
 
 
 def _serve() -> int:
@@ -28,9 +30,15 @@ def _serve() -> int:
               file=sys.stderr)
         return 2
 
+    try:
+        lock = StateLock(cfg.state_dir).acquire()     # first: before runs are read or groups reaped
+    except LockHeld as e:
+        print(f"swarmbase: {e}", file=sys.stderr)
+        return 1
+
     async def main() -> None:
         async with trio.open_nursery() as n:
-            url, _ = await n.start(daemon.serve, cfg)
+            url, _ = await n.start(partial(daemon.serve, cfg, locked=True))
             daemon.print_ready(url, cfg)
 
     try:
@@ -38,6 +46,14 @@ def _serve() -> int:
     except OSError as e:
         print(f"swarmbase: cannot start: {e}", file=sys.stderr)
         return 1
+    except BaseExceptionGroup as eg:
+        oserr = eg.subgroup(lambda e: isinstance(e, OSError))
+        if oserr is None:
+            raise
+        print(f"swarmbase: cannot start: {oserr.exceptions[0]}", file=sys.stderr)
+        return 1
+    finally:
+        lock.release()
     return 0
 
 

@@ -20,6 +20,7 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
 
 from . import config
+from .client_progress import Output, OutputClosed, watch
 
 
 class RpcFailure(Exception):
@@ -104,12 +105,13 @@ class HostClient:
             msg["params"] = params
         await self.ws.send_message(json.dumps(msg))
 
-    async def handshake(self, mcpl_version: str | None = "0.5", grant: bool = True) -> dict[str, Any]:
+    async def handshake(self, mcpl_version: str | None = "0.5", grant: bool = True,
+                        client_name: str = "swarmbase-client") -> dict[str, Any]:
         caps: dict[str, Any] = {}
         if mcpl_version is not None:
             caps = {"experimental": {"mcpl": {"version": mcpl_version, "pushEvents": True, "featureSets": True}}}
         init = await self.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": caps,
-                                                 "clientInfo": {"name": "swarmbase-client", "version": "1"}})
+                                                 "clientInfo": {"name": client_name, "version": "1"}})
         await self.notify("notifications/initialized")
         if mcpl_version is not None and grant:
             if tuple(int(p) for p in mcpl_version.split(".")) >= (0, 5):
@@ -160,6 +162,7 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"swarmbase.client: the arguments are not valid JSON: {e}", file=sys.stderr)
         return 2
     url = f"ws://127.0.0.1:{cfg.port}/mcpl"
+    out = Output(sys.stdout)
     async with connect(url, token) as host:
         await host.handshake()
         try:
@@ -167,7 +170,7 @@ async def _main(args: argparse.Namespace) -> int:
         except RpcFailure as e:
             print(f"swarmbase.client: {e}", file=sys.stderr)
             return 1
-        print(json.dumps(result.get("structuredContent", result), indent=1))
+        out.print(json.dumps(result.get("structuredContent", result), indent=1))
         if result.get("isError"):
             return 1
         if args.wait:
@@ -175,11 +178,26 @@ async def _main(args: argparse.Namespace) -> int:
             if not run_id:
                 print("swarmbase.client: --wait needs a tool that names a run", file=sys.stderr)
                 return 2
-            async for params in host.notices:
-                print(json.dumps(params, indent=1), flush=True)
-                if params.get("eventId") == f"{run_id}:end":
-                    return 0
+
+            async def status() -> dict[str, Any] | None:
+                try:
+                    res = await host.tool("status", {"runId": run_id, "logLines": 0})
+                except RpcFailure:
+                    return None
+                return res.get("structuredContent")
+            await watch(status, host.notices, run_id, out)
     return 0
+
+
+def _find(e: BaseException, kinds: Any) -> BaseException | None:
+    """The first exception of `kinds` in `e`, looking inside exception groups."""
+    if isinstance(e, BaseExceptionGroup):
+        for sub in e.exceptions:
+            found = _find(sub, kinds)
+            if found is not None:
+                return found
+        return None
+    return e if isinstance(e, kinds) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,12 +208,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait", action="store_true", help="stay connected until the run's end notice arrives")
     try:
         return trio.run(_main, p.parse_args(argv))
-    except config.ConfigError as e:
-        print(f"swarmbase.client: bad config: {e}", file=sys.stderr)
-        return 2
-    except (OSError, ConnectionError) as e:
-        print(f"swarmbase.client: cannot reach the daemon: {e}", file=sys.stderr)
-        return 1
+    except BaseException as e:
+        # The reader of our output went away (`... | head`): stop quietly, like other
+        # tools cut off by a closed pipe (128 + SIGPIPE).
+        if _find(e, (OutputClosed, BrokenPipeError)) is not None:
+            return 141
+        if (err := _find(e, config.ConfigError)) is not None:
+            print(f"swarmbase.client: bad config: {err}", file=sys.stderr)
+            return 2
+        if (err := _find(e, (OSError, ConnectionError))) is not None:
+            print(f"swarmbase.client: cannot reach the daemon: {err}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ a bad config raises ConfigError with one message naming the key path and the fau
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import os
 import re
 import shutil
@@ -48,7 +49,9 @@ class ClaudeEngine:
 class CodexEngine:
     bin: str = _f("bin", "codex")
     baseUrl: Optional[str] = _f("baseUrl", None)
-    sandbox: Literal["bwrap", "none"] = _f("sandbox", "bwrap")
+    # Deprecated: the daemon-wide `sandbox` key. Kept so older configs load.
+    sandbox: Optional[Literal["bwrap", "none"]] = _f("sandbox", None)
+    defaultModel: Optional[str] = _f("defaultModel", None)
     maxTokensDefault: int = _f("maxTokensDefault", 3_000_000, lo=1_000)
     maxTokensMax: int = _f("maxTokensMax", 3_000_000, lo=1_000)
 
@@ -68,6 +71,13 @@ class Dashboard:
 class DefaultModels:
     claude: Optional[str] = _f("claude", None)
     codex: Optional[str] = _f("codex", None)
+
+
+@attrs.frozen
+class ModelLists:
+    """Per-engine model allowlists (fnmatch globs); None: any model."""
+    claude: Optional[list[str]] = _f("claude", None)
+    codex: Optional[list[str]] = _f("codex", None)
 
 
 @attrs.frozen
@@ -94,6 +104,9 @@ class Caller:
     maxActiveRuns: int = _f("maxActiveRuns", 3, lo=1, hi=1_000)
     runTokensDefault: int = _f("runTokensDefault", 10_000_000, lo=1_000)
     runTokensMax: int = _f("runTokensMax", 30_000_000, lo=1_000)
+    models: ModelLists = _f("models", factory=ModelLists)
+    runTimeoutMaxMs: int = _f("runTimeoutMaxMs", 86_400_000, lo=1_000, hi=7 * 86_400_000)
+    budgetWarnAt: float = _f("budgetWarnAt", 0.8, lo=0.01, hi=1.0)
 
 
 @attrs.frozen
@@ -112,12 +125,31 @@ class Config:
     scriptSliceMs: int = _f("scriptSliceMs", 5000, lo=50, hi=600_000)
     agentTimeoutMs: int = _f("agentTimeoutMs", 1_800_000, lo=1_000, hi=86_400_000)
     agentIdleTimeoutMs: int = _f("agentIdleTimeoutMs", 300_000, lo=1_000, hi=86_400_000)
+    # Every child (runners, agents) runs inside bubblewrap unless "none".
+    sandbox: Optional[Literal["bwrap", "none"]] = _f("sandbox", None)
+    homesDir: Optional[str] = _f("homesDir", None)
+    runnerMemoryMb: int = _f("runnerMemoryMb", 512, lo=64, hi=65_536)
+    runnerCpuSeconds: int = _f("runnerCpuSeconds", 600, lo=1, hi=86_400)
+    runTimeoutMs: int = _f("runTimeoutMs", 21_600_000, lo=1_000, hi=7 * 86_400_000)
+    maxPhasesPerRun: int = _f("maxPhasesPerRun", 1_000, lo=1, hi=1_000_000)
+    maxLogBytesPerRun: int = _f("maxLogBytesPerRun", 10 * 1024 * 1024, lo=1_024, hi=1024 ** 3)
+    maxWorkflowDepth: int = _f("maxWorkflowDepth", 3, lo=0, hi=20)
+    maxWorkflowsPerRun: int = _f("maxWorkflowsPerRun", 50, lo=0, hi=10_000)
     # Where the config was read from; the state dir is its folder. Not a JSON key.
     path: Path = attrs.field(default=Path("config.json"), metadata={"key": None})
 
     @property
     def state_dir(self) -> Path:
         return self.path.parent
+
+    @property
+    def homes_dir(self) -> Path:
+        """Agents' and runners' private dirs (HOME, TMPDIR, CODEX_HOME), deleted after each."""
+        return Path(self.homesDir) if self.homesDir else self.state_dir / "homes"
+
+    @property
+    def sandbox_mode(self) -> str:
+        return self.sandbox or "bwrap"
 
     def caller(self, name: str) -> Caller | None:
         return next((c for c in self.callers if c.name == name), None)
@@ -208,7 +240,7 @@ def _check_object(cls: type, value: Any, path: str) -> None:
 
 def _converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
-    for cls in (ClaudeEngine, CodexEngine, Engines, Dashboard, DefaultModels, PriceRow, Caller, Config):
+    for cls in (ClaudeEngine, CodexEngine, Engines, Dashboard, DefaultModels, ModelLists, PriceRow, Caller, Config):
         overrides = {a.name: override(rename=a.metadata["key"]) if a.metadata.get("key") else override(omit=True)
                      for a in attrs.fields(cls)}
         conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **overrides))
@@ -273,7 +305,35 @@ def _check_key_file(path: str, where: str) -> None:
                           f"run: chmod 600 {path}")
 
 
+def under_temp_dir(path: str) -> bool:
+    import tempfile
+    real = os.path.realpath(path)
+    return any(real == t or real.startswith(t.rstrip("/") + "/")
+               for t in {os.path.realpath(tempfile.gettempdir()), "/tmp"})
+
+
+def _sandbox_checks(cfg: Config, search_path: str | None) -> Config:
+    """One daemon-wide sandbox setting; engines.codex.sandbox is read as its old alias."""
+    legacy = cfg.engines.codex.sandbox if cfg.engines.codex else None
+    if legacy and cfg.sandbox and legacy != cfg.sandbox:
+        raise ConfigError(f'engines.codex.sandbox: "{legacy}" contradicts sandbox: "{cfg.sandbox}" '
+                          '(sandbox is daemon-wide now; drop engines.codex.sandbox)')
+    mode = cfg.sandbox or legacy or "bwrap"
+    if mode == "bwrap" and not shutil.which("bwrap", path=search_path):
+        raise ConfigError('sandbox: "bwrap" (the default) but bubblewrap is not installed; install it '
+                          '(Debian/Ubuntu: apt-get install bubblewrap) or set "sandbox": "none"')
+    homes = expand(cfg.homesDir) if cfg.homesDir else os.path.abspath(cfg.state_dir / "homes")
+    if not os.path.isabs(homes):
+        raise ConfigError(f"homesDir: {homes!r} must be an absolute path")
+    if mode == "none" and cfg.engines.codex is not None and cfg.engines.codex.baseUrl and under_temp_dir(homes):
+        raise ConfigError(f"homesDir: {homes} is under the temp dir; without the sandbox codex then cannot make "
+                          "its PATH aliases and every sandboxed command fails. Set homesDir to a folder "
+                          "outside the temp dir (or use sandbox: \"bwrap\", which mounts homes elsewhere)")
+    return attrs.evolve(cfg, sandbox=mode, homesDir=homes)
+
+
 def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
+    cfg = _sandbox_checks(cfg, search_path)
     engines = cfg.engines
     if engines.claude is not None:
         engines = attrs.evolve(engines, claude=attrs.evolve(
@@ -283,9 +343,6 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
         engines = attrs.evolve(engines, codex=None)
     if engines.codex is not None:
         cx = engines.codex
-        if cx.sandbox == "bwrap" and not shutil.which("bwrap", path=search_path):
-            raise ConfigError('engines.codex.sandbox: "bwrap" is configured but bubblewrap is not installed; '
-                              'install it (Debian/Ubuntu: apt-get install bubblewrap) or set "sandbox": "none"')
         if cx.maxTokensDefault > cx.maxTokensMax:
             raise ConfigError(f"engines.codex.maxTokensDefault: {cx.maxTokensDefault} is above maxTokensMax {cx.maxTokensMax}")
         engines = attrs.evolve(engines, codex=attrs.evolve(
@@ -310,17 +367,33 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
         if key_file:
             _check_key_file(key_file, f"{where}.apiKeyFile")
         roots = []
+        protected = [os.path.realpath(cfg.state_dir), os.path.realpath(cfg.homes_dir)]
         for j, r in enumerate(c.cwdRoots):
             r = expand(r)
             if not os.path.isabs(r):
                 raise ConfigError(f"{where}.cwdRoots[{j}]: {r!r} must be an absolute path")
-            roots.append(os.path.realpath(r))
+            real = os.path.realpath(r)
+            if any(p == real or p.startswith(real.rstrip("/") + "/") for p in protected):
+                raise ConfigError(f"{where}.cwdRoots[{j}]: {r} contains the daemon's state dir or homesDir; "
+                                  "agents there could read every caller's keys")
+            roots.append(real)
         allowed = c.engines
         if allowed is None:
             allowed = [e for e in ENGINES if getattr(engines, e) is not None]
         for j, e in enumerate(allowed):
             if getattr(engines, e) is None:
                 raise ConfigError(f"{where}.engines[{j}]: engine {e!r} is not configured under engines")
+        if "codex" in allowed:
+            assert engines.codex is not None
+            model = c.defaultModels.codex or engines.codex.defaultModel
+            if not model:
+                raise ConfigError(f"{where}.defaultModels.codex: caller {c.name!r} may use codex but no model is "
+                                  "configured; set engines.codex.defaultModel or the caller's defaultModels.codex "
+                                  "(the daemon must know every codex agent's model to price it)")
+            patterns = c.models.codex
+            if patterns is not None and not any(fnmatch.fnmatchcase(model, p) for p in patterns):
+                raise ConfigError(f"{where}.models.codex: the caller's codex default model {model!r} is not in "
+                                  "its allowlist")
         callers.append(attrs.evolve(c, apiKeyFile=key_file, cwdRoots=roots, engines=list(allowed)))
     return attrs.evolve(cfg, callers=callers, engines=engines)
 

@@ -10,9 +10,11 @@ Hypercorn return.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -23,12 +25,16 @@ from quart import Response, websocket
 from quart_trio import QuartTrio
 
 from .config import Config
+from .engines.claude_agent import ClaudeEngine
+from .engines.codex_agent import CodexEngine
 from .engines.meter import Meter
+from .launch.local import LocalLauncher
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
 from .outbox import Outbox
 from .runner import RunnerLimits
 from .runs.store import RunStore
 from .runs.supervisor import AgentService, Supervisor
+from .statelock import StateLock
 
 log = logging.getLogger("swarmbase")
 
@@ -41,16 +47,55 @@ class Services:
     supervisor: Supervisor
     hub: Hub
     meter: Meter | None = None
+    launcher: LocalLauncher | None = None
     drain: trio.Event = attrs.Factory(trio.Event)
+
+
+def caller_secrets(cfg: Config) -> list[str]:
+    """Every caller's key and MCPL token, so no record of any run can show any of them."""
+    out = []
+    for c in cfg.callers:
+        paths = [cfg.state_dir / f"mcpl-{c.name}.token"] + ([Path(c.apiKeyFile)] if c.apiKeyFile else [])
+        for p in paths:
+            try:
+                value = p.read_text().strip()
+            except OSError:
+                continue
+            if value:
+                out.append(value)
+    return out
 
 
 def build_services(cfg: Config, agents: AgentService | None = None,
                    limits: RunnerLimits | None = None) -> Services:
     store = RunStore(cfg.state_dir)
-    outbox = Outbox(cfg.state_dir / "outbox.json")
-    meter = Meter() if cfg.engines.codex is not None else None
-    sup = Supervisor(cfg, store, outbox, agents=agents, limits=limits, meter=meter)
-    return Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter)
+    outbox = Outbox(cfg.state_dir / "outbox.jsonl")
+    launcher = LocalLauncher(mode=cfg.sandbox_mode, homes=cfg.homes_dir, procs=cfg.state_dir / "procs",
+                             forbidden=[cfg.state_dir, cfg.homes_dir])
+    sup = Supervisor(cfg, store, outbox, agents=agents, limits=limits, launcher=launcher)
+    for secret in caller_secrets(cfg):
+        sup.redact.add(secret)
+    meter = None
+    engines: dict[str, Any] = {}
+    if cfg.engines.claude is not None:
+        engines["claude"] = ClaudeEngine(cfg)
+    if cfg.engines.codex is not None:
+        meter = Meter(redact=sup.redact)
+        engines["codex"] = CodexEngine(cfg, meter, deny=lambda: codex_deny_list(cfg, sup))
+    if agents is None:
+        sup.agents.engines.update(engines)
+    return Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter, launcher=launcher)
+
+
+def codex_deny_list(cfg: Config, sup: Supervisor) -> list[str]:
+    """Without the sandbox, what codex's own sandbox must not read: the daemon's secrets
+    and every run's records, from the runs the supervisor already knows (no disk walk)."""
+    from .engines import codex
+    paths = codex.secret_paths(cfg.state_dir, [c.apiKeyFile for c in cfg.callers if c.apiKeyFile], cfg.path,
+                               os.path.expanduser("~"))
+    for run in sup.runs.values():
+        paths += codex.run_paths(sup.store.dir(run))
+    return paths
 
 
 class _QuartTransport:
@@ -108,8 +153,21 @@ def make_app(services: Services) -> QuartTrio:
 
 
 async def serve(cfg: Config, *, agents: AgentService | None = None, limits: RunnerLimits | None = None,
-                stop: trio.Event | None = None, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Run the daemon until SIGTERM/SIGINT (or `stop`). task_status gets the bound URL."""
+                stop: trio.Event | None = None, locked: bool = False,
+                task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Run the daemon until SIGTERM/SIGINT (or `stop`). task_status gets the bound URL.
+    Raises LockHeld, touching nothing, when another daemon holds the state dir (unless the
+    caller already holds the lock: `locked`)."""
+    lock = None if locked else StateLock(cfg.state_dir).acquire()
+    try:
+        await _serve_locked(cfg, agents=agents, limits=limits, stop=stop, task_status=task_status)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: RunnerLimits | None,
+                        stop: trio.Event | None, task_status: Any) -> None:
     services = build_services(cfg, agents, limits)
     interrupted = services.supervisor.recover()
     if interrupted:
@@ -137,6 +195,7 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
         log.info("shutting down: stopping runs")
         await services.supervisor.shutdown()
         services.outbox.flush()
+        services.outbox.close()
         services.drain.set()
         services.supervisor.events.wake_all()   # SSE streams see the drain and end
         await trio.sleep(0.1)
@@ -146,9 +205,11 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
             await nursery.start(serve_meter, services.meter)
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
         await nursery.start(partial(services.supervisor.serve, resume=resume))
+        nursery.start_soon(services.outbox.maintain)
         async with trio.open_nursery() as web:
             binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
             url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"
+            services.supervisor.public_base = cfg.publicUrl or url
             task_status.started((url, services))
         # Hypercorn returned after the drain; the supervisor has no runs left.
         nursery.cancel_scope.cancel()

@@ -6,6 +6,7 @@ log may lose at most its unfinished last line, which readers skip.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -60,11 +61,19 @@ def append_line(path: Path, value: Any, durable: bool = True) -> None:
     line = json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        os.write(fd, line)
+        write_all(fd, line)
         if durable:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is out (a filling disk may take part of a write)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
 
 
 def fsync_file(path: Path) -> None:
@@ -96,12 +105,84 @@ def read_lines(path: Path) -> tuple[list[Any], int]:
     return entries, torn
 
 
-def tail_lines(path: Path, n: int) -> list[Any]:
-    entries, _ = read_lines(path)
-    return entries[-n:]
-
-
 def iter_dirs(path: Path) -> Iterator[Path]:
     if not path.is_dir():
         return iter(())
     return (p for p in sorted(path.iterdir()) if p.is_dir())
+
+
+# Errors that mean the disk, not the daemon, failed: they fail the run being written,
+# never the daemon.
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS}
+
+
+def disk_fault(exc: BaseException | None) -> OSError | None:
+    """The disk error inside `exc` (an exception group, or a chain), if any."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in DISK_ERRNOS:
+            return e
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        stack.extend([e.__cause__, e.__context__])
+    return None
+
+
+def describe_disk_fault(e: OSError, root: Path | None = None) -> str:
+    what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+            errno.EIO: "the disk failed (I/O error)", errno.EROFS: "the disk is read-only"}.get(e.errno, str(e))
+    where = ""
+    if e.filename:
+        name = str(e.filename)
+        if root is not None:
+            try:
+                name = str(Path(name).relative_to(root))
+            except ValueError:
+                pass
+        where = f" while writing {name}"
+    return what + where
+
+
+def tail_lines(path: Path, n: int, chunk: int = 65536) -> list[Any]:
+    """The last n parseable lines of a JSON-lines file, read from the end (a long log is
+    never read whole)."""
+    if n <= 0:
+        return []
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return []
+    with f:
+        end = f.seek(0, os.SEEK_END)
+        data = b""
+        pos = end
+        while pos > 0 and data.count(b"\n") <= n:
+            step = min(chunk, pos)
+            pos -= step
+            f.seek(pos)
+            data = f.read(step) + data
+    out: list[Any] = []
+    for line in data.split(b"\n")[-(n + 1):]:
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out[-n:]
+
+
+def append_lines(path: Path, values: list[Any], durable: bool = True) -> None:
+    """Several lines in one write (and one fsync)."""
+    data = b"".join(json.dumps(v, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for v in values)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)

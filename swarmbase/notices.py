@@ -1,4 +1,9 @@
-"""Run-end notices: the push/event params for swarmbase.notify. No I/O."""
+"""Notices pushed to a run's caller (swarmbase.notify): the push/event params. No I/O.
+
+Every notice names the run's dashboard page (`url`, publicUrl-based when configured), in
+its text and in its origin, and keeps one eventId per notice kind and run so a resend is
+recognised by the host as the same event.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +20,16 @@ def event_id(run_id: str) -> str:
     return f"{run_id}:end"
 
 
-def notice_text(run: Run, result_preview: str | None) -> str:
+def budget_warning_id(run_id: str) -> str:
+    return f"{run_id}:budget-warning"
+
+
+def notice_text(run: Run, result_preview: str | None, url: str | None = None) -> str:
     spend = f"${run.spent_usd:.2f}" + (" (estimated)" if run.spent_estimated else "")
     agents = f"{run.agents_total} agent{'s' if run.agents_total != 1 else ''}"
     head = f"Run {run.display_label} ({run.id}) {run.status}: {agents}, {spend} of ${run.budget_usd:.2f}."
+    if url:
+        head += f"\nDashboard: {url}"
     if run.status == "completed":
         preview = (result_preview or "null").strip()
         if len(preview) > PREVIEW_CHARS:
@@ -30,13 +41,42 @@ def notice_text(run: Run, result_preview: str | None) -> str:
     return head
 
 
-def build(run: Run, result_preview: str | None, now: float | None = None) -> dict[str, Any]:
-    """The push/event params. The same eventId is reused on every retry."""
+def _origin(kind: str, run_id: str, url: str | None) -> dict[str, Any]:
+    # Only keys the host does not reserve (source, kind, runId, url); see notes/mcpl.md §4.
+    origin: dict[str, Any] = {"source": "swarmbase", "kind": kind, "runId": run_id}
+    if url:
+        origin["url"] = url
+    return origin
+
+
+def build(run: Run, result_preview: str | None, now: float | None = None, url: str | None = None) -> dict[str, Any]:
+    """The run-end push/event params. The same eventId is reused on every retry."""
     return {
         "featureSet": NOTIFY_SET,
         "eventId": event_id(run.id),
         "timestamp": iso(time.time() if now is None else now),
-        "origin": {"source": "swarmbase", "kind": "run-end", "runId": run.id},
+        "origin": _origin("run-end", run.id, url),
         "tags": ["surface:done", "swarmbase:run-end", f"swarmbase:{run.status}"],
-        "payload": {"content": [{"type": "text", "text": notice_text(run, result_preview)}]},
+        "payload": {"content": [{"type": "text", "text": notice_text(run, result_preview, url)}]},
+    }
+
+
+def build_budget_warning(run: Run, spent: float, reserved: float, budget: float, url: str | None,
+                         now: float | None = None) -> dict[str, Any]:
+    """The once-per-run warning that spend plus reservations crossed the run's warning
+    threshold, so the resident can cancel before the ceiling."""
+    used = spent + reserved
+    share = f" ({used / budget:.0%})" if budget > 0 else ""
+    text = (f"Run {run.display_label} ({run.id}) has spent ${spent:.2f} (+ ${reserved:.2f} reserved for "
+            f"agents in flight) of its ${budget:.2f} budget{share}. It stops at the budget; cancel it now "
+            f"if the rest is not worth it.")
+    if url:
+        text += f"\nDashboard: {url}"
+    return {
+        "featureSet": NOTIFY_SET,
+        "eventId": budget_warning_id(run.id),
+        "timestamp": iso(time.time() if now is None else now),
+        "origin": _origin("budget-warning", run.id, url),
+        "tags": ["swarmbase:budget-warning"],
+        "payload": {"content": [{"type": "text", "text": text}]},
     }

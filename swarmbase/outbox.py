@@ -1,137 +1,216 @@
-"""Durable run-end notices: outbox.json holds every notice until its caller's host
-answered accepted or duplicate. Written atomically before any push is attempted."""
+"""Durable notices: an append-only log, `outbox.jsonl`, of `add` and `ack` lines.
+
+- `add(caller, notice)` appends an add line and fsyncs it before returning, so it is on
+  disk before any push is tried.
+- `ack(event_id)` (the host answered accepted or duplicate) appends an ack line at once:
+  a crash of the daemon process after that never re-sends the notice. Its fsync is
+  coalesced (every ACK_SYNC_S, or at the next add or flush); only a power loss inside that
+  window can re-send a notice, with its same eventId, which hosts dedupe.
+- A torn last line (a crash mid-write) is skipped on load and cut off before the next
+  append, so it loses nothing that was written whole.
+- When dead lines (acks and the adds they cancel) outnumber live ones, the log is
+  compacted in the background: live adds rewritten by temp + fsync + rename.
+- A disk that refuses writes (ENOSPC, EIO, EROFS, ...) never makes add() or ack() raise:
+  the notice stays in memory (delivery works from there), the fault is logged once, and
+  the unwritten lines are retried on every add/ack/flush and every RETRY_S by maintain().
+- An old whole-file `outbox.json` is migrated on load and then deleted.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import trio
 
-from . import fsutil
+from . import outbox_file
+from .outbox_file import LogFile
 
 log = logging.getLogger("swarmbase.outbox")
 
-BACKOFF_BASE_S = 1.0
-BACKOFF_MAX_S = 300.0
-REMOVE_FLUSH_S = 0.5
+ACK_SYNC_S = 1.0
+RETRY_S = 5.0
+COMPACT_MIN_DEAD = 256      # never compact a log with fewer dead lines than this
 
 
-def backoff_delay(attempt: int, rng: random.Random | None = None) -> float:
-    """Exponential backoff with ±25 % jitter: 1 s, 2 s, 4 s … capped at 300 s."""
-    rng = rng or random.Random()
-    base = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** max(0, attempt)))
-    return base * rng.uniform(0.75, 1.25)
+def _line(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
-def classify_answer(result: Any = None, error: dict[str, Any] | None = None) -> str:
-    """What a host's answer to push/event means for the outbox entry:
-    'done' (drop it), 'wait-grant' (keep; retry after the next grant),
-    'hold' (keep; the set is off for this host) or 'retry' (keep; back off)."""
-    if error is not None:
-        code = error.get("code")
-        if code == -32002:
-            return "wait-grant"
-        if code in (-32001, -32003):
-            return "hold"
-        return "retry"
-    if isinstance(result, dict):
-        if result.get("accepted") is True:
-            return "done"
-        if result.get("reason") == "duplicate":
-            return "done"
-    return "retry"
+def add_line(entry: dict[str, Any]) -> bytes:
+    return _line({"op": "add", **entry})
 
 
 class Outbox:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.entries: list[dict[str, Any]] = []
         self.recovered_from_damage = False
+        self._by_caller: dict[str, dict[str, dict[str, Any]]] = {}
+        self._caller_of: dict[str, str] = {}
         self._changed: dict[str, trio.Event] = {}
-        self._dirty = False
-        self._saved_at = 0.0
+        self._queue: list[tuple[str, str, bytes]] = []   # (op, eventId, line) not yet written
+        self._nowhere: set[str] = set()     # queued adds that are on no disk at all yet
+        self._file = LogFile(path)
+        self._file_lines = 0      # whole lines in the file
+        self._file_live = 0       # live entries whose add line is in the file
+        self._unsynced = False
+        self._failing: OSError | None = None
+        self._legacy: Path | None = None     # outbox.json to delete once its entries are written
+        self._capture: list[tuple[str, str, bytes]] | None = None   # lines written while compacting
+        self._held: set[str] = set()        # queued durably, not to be pushed yet (see add)
+        self._wake = trio.Event()
+        self.compactions = 0
         self._load()
 
+    # -- loading --------------------------------------------------------------
     def _load(self) -> None:
+        legacy_path = self.path.with_name("outbox.json")
         try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
-            return
-        try:
-            data = json.loads(raw)
-            entries = data.get("entries", []) if isinstance(data, dict) else []
-        except ValueError:
-            # Writes are atomic, so this is damage from outside; keep what parses.
-            entries = self._salvage(raw)
+            outbox_file.remove_temps(self.path)
+            legacy = outbox_file.read_legacy(legacy_path)
+        except OSError as e:        # unreadable or read-only now: it stays for the next start
+            log.error("cannot read %s (%s); it is left as it is", legacy_path, e.strerror or e)
+            legacy = outbox_file.Legacy([])
+        if legacy.damaged_copy is not None:
             self.recovered_from_damage = True
-            damaged = self.path.with_name(self.path.name + f".damaged-{int(time.time())}")
-            self.path.rename(damaged)
-            log.warning("outbox.json was damaged; kept %d notices, the original is at %s", len(entries), damaged)
-        self.entries = [e for e in entries if isinstance(e, dict) and "caller" in e and "notice" in e]
-        if self.recovered_from_damage:
-            self._save()
+            log.warning("outbox.json was damaged; kept %d notices, the original is at %s",
+                        len(legacy.entries), legacy.damaged_copy)
+        for entry in legacy.entries:
+            self._remember(entry)
+        try:
+            loaded = outbox_file.read_log(self.path)
+            self._file.size = loaded.good_size
+        except OSError as e:
+            # Unreadable now (EIO): serve from memory, append after whatever is there.
+            self._fail(e, "read")
+            loaded = outbox_file.Loaded([], 0, 0, 0, None)
+        for rec in loaded.records:
+            if rec["op"] == "add":
+                self._remember(rec)
+            else:
+                self._forget(rec["eventId"])
+        if loaded.damaged:
+            self.recovered_from_damage = True
+            log.warning("%s had %d damaged line(s); kept every whole one; the original is %s",
+                        self.path.name, loaded.damaged,
+                        f"at {loaded.damaged_copy}" if loaded.damaged_copy else "left as it is")
+        if loaded.torn_tail:
+            log.warning("%s ended in a torn line (a crash mid-write); it was skipped", self.path.name)
+        self._file_lines = len(loaded.records)
+        self._file_live = sum(1 for rec in loaded.records if rec["op"] == "add" and rec["eventId"] in self._caller_of)
+        migrating = legacy.found
+        if migrating or loaded.damaged_copy or loaded.intact_tail:
+            self._legacy = legacy_path if migrating and legacy_path.exists() else None
+            self._rewrite_now()
 
-    @staticmethod
-    def _salvage(raw: bytes) -> list[dict[str, Any]]:
-        """Recover whole entry objects from a torn file by decoding them one by one."""
-        text = raw.decode("utf-8", errors="replace")
-        start = text.find("[")
-        out: list[dict[str, Any]] = []
-        if start < 0:
-            return out
-        dec = json.JSONDecoder()
-        i = start + 1
-        while i < len(text):
-            while i < len(text) and text[i] in " \r\n\t,":
-                i += 1
+    def _rewrite_now(self) -> None:
+        """Write the live entries as a fresh log (migration, damage). On failure the old
+        files stay and the entries are queued, so nothing is lost."""
+        entries = list(self._entries())
+        try:
+            outbox_file.rewrite(self.path, b"".join(add_line(e) for e in entries))
+        except OSError as e:
+            self._fail(e, "rewrite")
+            self._queue = [("add", e["notice"]["eventId"], add_line(e)) for e in entries]
+            return
+        self._file.reopen(size=None)
+        self._file_lines = self._file_live = len(entries)
+        self._retire_legacy()
+
+    def _retire_legacy(self) -> None:
+        if self._legacy is not None:
             try:
-                obj, i = dec.raw_decode(text, i)
-            except ValueError:
-                break
-            if isinstance(obj, dict):
-                out.append(obj)
-        return out
+                self._legacy.unlink(missing_ok=True)
+                log.info("migrated outbox.json to %s", self.path.name)
+            except OSError as e:
+                log.warning("could not delete the migrated %s: %s", self._legacy, e.strerror)
+            self._legacy = None
 
-    def _save(self) -> None:
-        fsutil.write_json(self.path, {"schema": 1, "entries": self.entries})
-        self._dirty = False
-        self._saved_at = time.monotonic()
+    # -- memory -----------------------------------------------------------------
+    def _remember(self, entry: dict[str, Any]) -> bool:
+        notice = entry.get("notice")
+        caller = entry.get("caller")
+        if not isinstance(notice, dict) or not isinstance(caller, str) or not isinstance(notice.get("eventId"), str):
+            return False
+        eid = notice["eventId"]
+        if eid in self._caller_of:
+            return False
+        self._by_caller.setdefault(caller, {})[eid] = {
+            "caller": caller, "addedAt": entry.get("addedAt", time.time()), "notice": notice}
+        self._caller_of[eid] = caller
+        return True
 
-    def _wake(self, caller: str) -> None:
+    def _forget(self, eid: str) -> bool:
+        caller = self._caller_of.pop(eid, None)
+        if caller is None:
+            return False
+        del self._by_caller[caller][eid]
+        return True
+
+    def _entries(self) -> Iterator[dict[str, Any]]:
+        for per in self._by_caller.values():
+            yield from per.values()
+
+    def __len__(self) -> int:
+        return len(self._caller_of)
+
+    # -- the API used by the supervisor and sessions ----------------------------------
+    def add(self, caller: str, notice: dict[str, Any], hold: bool = False) -> None:
+        """Keep a notice until its host acknowledges it. Never raises on a disk fault.
+        `hold`: durable now, pushed only after release() (a run's end notice is queued
+        before its final record is written, and goes out once that is done)."""
+        entry = {"caller": caller, "addedAt": time.time(), "notice": notice}
+        if not self._remember(entry):
+            return
+        if hold:
+            self._held.add(notice["eventId"])
+        self._queue.append(("add", notice["eventId"], add_line(entry)))
+        self._nowhere.add(notice["eventId"])
+        self._persist(sync=True)
         ev = self._changed.pop(caller, None)
         if ev is not None:
             ev.set()
 
-    def add(self, caller: str, notice: dict[str, Any]) -> None:
-        if any(e["notice"]["eventId"] == notice["eventId"] for e in self.entries):
+    def ack(self, event_id: str) -> None:
+        """The host answered accepted or duplicate: the notice is never sent again."""
+        if not self._forget(event_id):
             return
-        self.entries.append({"caller": caller, "addedAt": time.time(), "notice": notice})
-        self._save()
-        self._wake(caller)
+        if event_id in self._nowhere:        # never written: nothing to cancel on disk
+            self._nowhere.discard(event_id)
+            self._queue = [q for q in self._queue if not (q[0] == "add" and q[1] == event_id)]
+            return
+        self._file_live -= 1
+        self._queue.append(("ack", event_id, _line({"op": "ack", "eventId": event_id})))
+        self._persist(sync=False)
+        if self.compaction_due():
+            self._wake.set()
+
+    def release(self, event_id: str) -> None:
+        if event_id in self._held:
+            self._held.discard(event_id)
+            caller = self._caller_of.get(event_id)
+            ev = self._changed.pop(caller, None) if caller else None
+            if ev is not None:
+                ev.set()
+
+    def notice(self, event_id: str) -> dict[str, Any] | None:
+        """A pending notice by eventId."""
+        caller = self._caller_of.get(event_id)
+        return self._by_caller[caller][event_id]["notice"] if caller else None
 
     def pending(self, caller: str) -> list[dict[str, Any]]:
-        """Oldest first (entries are kept in insertion order)."""
-        return [e["notice"] for e in self.entries if e["caller"] == caller]
+        """The caller's notices, oldest first."""
+        return [e["notice"] for e in self._by_caller.get(caller, {}).values()]
 
-    def remove(self, event_id: str) -> None:
-        """Drop an accepted notice. Removals are written at most every REMOVE_FLUSH_S (and
-        by flush()): a crash in between re-sends a few accepted notices with their same
-        eventId, which hosts answer as duplicates. Adds are always written at once."""
-        before = len(self.entries)
-        self.entries = [e for e in self.entries if e["notice"]["eventId"] != event_id]
-        if len(self.entries) != before:
-            self._dirty = True
-            if time.monotonic() - self._saved_at >= REMOVE_FLUSH_S:
-                self.flush()
-
-    def flush(self) -> None:
-        if self._dirty:
-            self._save()
+    def next_pending(self, caller: str, skip: Any = ()) -> dict[str, Any] | None:
+        """The caller's oldest notice whose eventId is not in `skip`."""
+        for eid, e in self._by_caller.get(caller, {}).items():
+            if eid not in skip and eid not in self._held:
+                return e["notice"]
+        return None
 
     def changed_event(self, caller: str) -> trio.Event:
         """Set at the caller's next add(). Take it *before* reading pending(), so an add
@@ -140,3 +219,98 @@ class Outbox:
         if ev is None:
             ev = self._changed[caller] = trio.Event()
         return ev
+
+    def flush(self) -> None:
+        """Write and fsync everything written so far (shutdown, an emptied queue)."""
+        self._persist(sync=True)
+
+    def close(self) -> None:
+        """Let go of the log file (it is reopened by the next write)."""
+        self._file.close()
+
+    @property
+    def persisted(self) -> bool:
+        """True when every notice and ack is on disk (fsync'd)."""
+        return not self._queue and not self._unsynced
+
+    # -- writing ------------------------------------------------------------------
+    def _persist(self, sync: bool) -> bool:
+        if self._queue:
+            batch = self._queue
+            try:
+                self._file.append(b"".join(line for _, _, line in batch))
+            except OSError as e:
+                self._fail(e, "write")
+                return False
+            self._queue = []
+            self._nowhere.clear()
+            self._file_lines += len(batch)
+            self._file_live += sum(1 for op, _, _ in batch if op == "add")
+            self._unsynced = True
+            if self._capture is not None:
+                self._capture.extend(batch)
+        if sync and self._unsynced:
+            try:
+                self._file.sync()
+            except OSError as e:
+                self._fail(e, "fsync")
+                return False
+            self._unsynced = False
+        if self._failing is not None:
+            log.warning("%s is written again; nothing was lost", self.path.name)
+            self._failing = None
+        if self._legacy is not None and not self._queue:
+            self._retire_legacy()
+        return True
+
+    def _fail(self, e: OSError, what: str) -> None:
+        if self._failing is None:
+            log.error("cannot %s %s (%s); %d notices are kept in memory and still delivered; "
+                      "retrying every %.0f s and at the next change", what, self.path, e.strerror or e,
+                      len(self), RETRY_S)
+        self._failing = e
+
+    # -- compaction and retries ---------------------------------------------------------
+    def compaction_due(self) -> bool:
+        dead = self._file_lines - self._file_live
+        return dead >= COMPACT_MIN_DEAD and dead >= self._file_live
+
+    async def maintain(self) -> None:
+        """Background duty: retry unwritten lines, fsync acks, compact when acks dominate."""
+        while True:
+            with trio.move_on_after(RETRY_S if self._queue else ACK_SYNC_S):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            if self._queue or self._unsynced:
+                self._persist(sync=True)
+            if not self._queue and self.compaction_due():
+                await self.compact()
+
+    async def compact(self) -> bool:
+        """Rewrite the log with only live adds. The big write and its fsync run in a
+        thread; lines appended meanwhile are carried over before the rename."""
+        if self._queue or self._capture is not None:
+            return False
+        snapshot = list(self._entries())
+        data = b"".join(add_line(e) for e in snapshot)
+        self._capture = []
+        tmp = None
+        try:
+            tmp = await trio.to_thread.run_sync(outbox_file.write_temp, self.path, data)
+            carried = self._capture
+            outbox_file.finish_temp(self.path, tmp, b"".join(line for _, _, line in carried))
+        except OSError as e:
+            if tmp is not None:
+                outbox_file.discard(tmp)
+            log.warning("compacting %s failed (%s); the old log stays in use", self.path.name, e.strerror or e)
+            return False
+        finally:
+            self._capture = None
+        self._file.reopen(size=None)
+        self._file_lines = len(snapshot) + len(carried)
+        queued_adds = sum(1 for op, _, _ in self._queue if op == "add")
+        self._file_live = len(self) - queued_adds
+        self._unsynced = False
+        self.compactions += 1
+        log.info("compacted %s to %d live notices", self.path.name, len(snapshot))
+        return True

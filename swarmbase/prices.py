@@ -25,6 +25,10 @@ class Tokens:
         return Tokens(self.input + other.input, self.output + other.output,
                       self.cache_read + other.cache_read, self.cache_write + other.cache_write)
 
+    def __sub__(self, other: "Tokens") -> "Tokens":
+        return Tokens(max(0, self.input - other.input), max(0, self.output - other.output),
+                      max(0, self.cache_read - other.cache_read), max(0, self.cache_write - other.cache_write))
+
     def to_json(self) -> dict[str, int]:
         return {"input": self.input, "output": self.output, "cacheRead": self.cache_read,
                 "cacheWrite": self.cache_write, "total": self.total}
@@ -45,14 +49,17 @@ FALLBACK_CLAUDE = BUILTIN["claude-opus-5-5"]
 
 
 def row_for(model: str | None, extra: Mapping[str, PriceRow], engine: str = "claude") -> PriceRow | None:
+    """The price row for a model. Claude rows (built in) apply only to the claude engine,
+    whose default model is claude-opus-5-5; a codex model has a row only in `prices`
+    (none: the agent counts $0 of the USD budget; its token budget bounds it)."""
+    if engine != "claude":
+        return extra.get(model) if model else None
     if model and model in extra:
         return extra[model]
     name = ALIASES.get(model or "", model or "claude-opus-5-5")
     if name in extra:
         return extra[name]
-    if name in BUILTIN:
-        return BUILTIN[name]
-    return FALLBACK_CLAUDE if engine == "claude" else None
+    return BUILTIN.get(name, FALLBACK_CLAUDE)
 
 
 def cost(tokens: Tokens, row: PriceRow) -> float:

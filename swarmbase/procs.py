@@ -1,9 +1,11 @@
-"""Child processes in their own process group, killed as a group however they end.
+"""Child processes in their own process group, killed as a group however they end, and
+the records that let a later boot reap groups a dead daemon left behind.
 
 Why not trio.run_process's default: it signals only the direct child, and it cancels
 deliver_cancel as soon as the leader exits, so a grandchild that ignores SIGTERM (or
 holds stdout open) survives. Here the group always gets a final SIGKILL sweep, and
-readers never rely on stdout EOF alone.
+readers never rely on stdout EOF alone. Children start from the spawning thread
+(spawn.py), so their parent-death signal follows the daemon's life.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ from __future__ import annotations
 import os
 import signal
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 import trio
+
+from . import fsutil
+from .spawn import Child, Limits, open_child
 
 TERM_GRACE_S = 2.0
 
@@ -25,16 +31,29 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def process_start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat: start time in clock ticks since boot."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
 @asynccontextmanager
 async def group_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
-                        stdin: int | None = None, stderr: int | None = None,
-                        grace: float = TERM_GRACE_S) -> AsyncIterator[trio.Process]:
+                        stdin: int | None = None, stdout: int | None = -1, stderr: int | None = None,
+                        grace: float = TERM_GRACE_S, limits: Limits = Limits(),
+                        record: Path | None = None, record_extra: Mapping[str, Any] | None = None
+                        ) -> AsyncIterator[Child]:
     """Start argv as the leader of a new session; on exit TERM the group, wait up to
-    `grace`, then KILL the group, even if the leader already exited."""
-    proc = await trio.lowlevel.open_process(
-        list(argv), stdin=stdin, stdout=-1, stderr=stderr, env=dict(env), cwd=cwd,
-        start_new_session=True)
+    `grace`, then KILL the group, even if the leader already exited. With `record`, the
+    group's pgid and start time are written there for the boot reaper while it lives."""
+    proc = await open_child(argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, limits=limits)
     try:
+        if record is not None:
+            fsutil.write_json(record, {"pgid": proc.pid, "startTime": process_start_time(proc.pid),
+                                       "argv0": os.path.basename(argv[0]), **(record_extra or {})}, durable=False)
         yield proc
     finally:
         with trio.CancelScope(shield=True):
@@ -44,9 +63,34 @@ async def group_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: str
                     await proc.wait()
             kill_group(proc.pid, signal.SIGKILL)
             await proc.wait()
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream is not None:
-                    await stream.aclose()
+            await proc.aclose_streams()
+            if record is not None:
+                record.unlink(missing_ok=True)
+
+
+def reap_recorded_groups(procs_dir: Path) -> tuple[list[int], list[Path]]:
+    """Kill groups left by a daemon that died uncleanly. A record's pgid is killed only if
+    that process still has the recorded start time (a reused pid never is). Returns the
+    killed groups and the records that could not be read (the caller quarantines them)."""
+    killed: list[int] = []
+    unreadable: list[Path] = []
+    if not procs_dir.is_dir():
+        return killed, unreadable
+    for rec in sorted(procs_dir.glob("*.json")):
+        try:
+            data = fsutil.read_json(rec)
+        except (ValueError, OSError):
+            unreadable.append(rec)
+            continue
+        if not isinstance(data, dict):
+            unreadable.append(rec)
+            continue
+        pgid, start = data.get("pgid"), data.get("startTime")
+        if isinstance(pgid, int) and pgid > 1 and start is not None and process_start_time(pgid) == start:
+            kill_group(pgid)
+            killed.append(pgid)
+        rec.unlink(missing_ok=True)
+    return killed, unreadable
 
 
 class LineReader:

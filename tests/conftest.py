@@ -25,6 +25,17 @@ from swarmbase import config, daemon
 from swarmbase.runner import RUNNER, RunnerLimits
 
 
+CLAUDE = Path(__file__).resolve().parent / ".tools" / "node_modules" / ".bin" / "claude"
+
+
+@pytest.fixture
+def claude_bin() -> str:
+    """The real Claude Code CLI (installed by tests/install.sh); a missing one fails, never skips."""
+    if not CLAUDE.exists():
+        pytest.fail(f"the Claude Code CLI is not installed at {CLAUDE}: run bash tests/install.sh")
+    return str(CLAUDE)
+
+
 @attrs.define
 class Env:
     state: Path
@@ -73,10 +84,9 @@ async def running(env: Env, nursery: trio.Nursery) -> AsyncIterator[Env]:
     yield env
 
 
-def runner_pids() -> list[int]:
-    """Live script-runner processes started by this test process."""
-    me = os.getpid()
-    out = []
+def process_table() -> dict[int, tuple[int, str, bytes]]:
+    """pid -> (ppid, state, cmdline) of every process."""
+    out = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -85,10 +95,35 @@ def runner_pids() -> list[int]:
             stat = (d / "stat").read_text()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        state = stat.rsplit(")", 1)[1].split()[0]
-        if str(RUNNER).encode() in cmd and ppid == me and state != "Z":
-            out.append(int(d.name))
+        rest = stat.rsplit(")", 1)[1].split()
+        out[int(d.name)] = (int(rest[1]), rest[0], cmd)
+    return out
+
+
+def descendants(root: int) -> list[int]:
+    """Live (not zombie) processes below `root`, however deep (sandboxes nest)."""
+    table = process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, stack = [], [root]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            if table[c][1] not in ("Z", "X"):
+                out.append(c)
+            stack.append(c)
+    return out
+
+
+def runner_pids() -> list[int]:
+    """Live script-runner (node) processes started by this test process (under the
+    sandbox they are grandchildren: bwrap, its init, then node)."""
+    table = process_table()
+    out = []
+    for p in descendants(os.getpid()):
+        argv = table[p][2].split(b"\0")
+        if os.path.basename(argv[0]) != b"bwrap" and str(RUNNER).encode() in argv:
+            out.append(p)
     return out
 
 
@@ -132,8 +167,10 @@ def agent_json(env: Env, run: Any, n: int) -> dict[str, Any]:
     return json.loads((env.services.store.dir(run) / "agents" / str(n) / "agent.json").read_text())
 
 
-async def start_cli_daemon(cfg_path: Path, env: dict[str, str] | None = None) -> tuple[trio.Process, str]:
-    """`python -m swarmbase` on this config; returns the process and its MCPL URL."""
+async def start_cli_daemon(cfg_path: Path, env: dict[str, str] | None = None,
+                           startup: list[str] | None = None) -> tuple[trio.Process, str]:
+    """`python -m swarmbase` on this config; returns the process and its MCPL URL. What it
+    printed up to "listening" is appended to `startup` if given."""
     env = dict(env or os.environ, SWARMBASE_CONFIG=str(cfg_path))
     proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=env, stderr=subprocess.PIPE)
     buf = b""
@@ -141,5 +178,7 @@ async def start_cli_daemon(cfg_path: Path, env: dict[str, str] | None = None) ->
         chunk = await proc.stderr.receive_some(4096)
         assert chunk, buf.decode()
         buf += chunk
+    if startup is not None:
+        startup.append(buf.decode(errors="replace"))
     url = re.search(rb"listening on (http://[\d.:]+)", buf).group(1).decode()
     return proc, url.replace("http", "ws") + "/mcpl"

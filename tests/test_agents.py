@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 
-from swarmbase.engines.process import process_start_time, reap_recorded_groups
+from swarmbase.procs import process_start_time, reap_recorded_groups
 from swarmbase.runs.budget import BudgetGate, BudgetSpent, Ledger
 
 from .conftest import Env, agent_json, engine_daemon, result_of, run_to_end
@@ -25,9 +25,12 @@ KEY = "sk-fake-key-0123456789abcdef"
 
 async def fake_daemon(tmp_path: Path, nursery: trio.Nursery, caller_extra: dict[str, Any] | None = None,
                       **extra: Any) -> Env:
+    """The fast fake CLI, without the sandbox (these tests are about the plumbing; the fake
+    writes its dumps and grandchild pids into its cwd). Sandboxed agents: test_sandbox.py."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     cli = fake_claude.install(bindir)
+    extra.setdefault("sandbox", "none")
     return await engine_daemon(tmp_path, nursery, key=KEY,
                                engines={"claude": {"bin": str(cli), "baseUrl": "http://127.0.0.1:9/gw"}},
                                caller_extra={"maxProfile": "write", **(caller_extra or {})}, **extra)
@@ -67,7 +70,8 @@ return 1;"""
         i = argv.index("--settings")
         return argv[1:i] + argv[i + 2:]
 
-    common = ["-p", "--output-format", "stream-json", "--verbose", "--permission-mode", "dontAsk",
+    common = ["-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
+              "--permission-mode", "dontAsk",
               "--setting-sources=", "--strict-mcp-config", "--mcp-config", '{"mcpServers":{}}',
               "--no-session-persistence"]
     assert without_settings(think["argv"]) == common + ["--tools=", "--max-budget-usd", "0.5000",
@@ -223,7 +227,7 @@ async def test_status_shows_phases_agents_and_costs(tmp_path: Path, nursery: tri
     assert [a["label"] for a in st["phases"][0]["agents"]] == ["first"]
     assert sorted(a["label"] for a in st["phases"][1]["agents"]) == ["x", "y"]
     assert all(a["state"] == "done" and a["costUsd"] == 0.01 for p in st["phases"] for a in p["agents"])
-    assert st["spentUsd"] == pytest.approx(0.03) and st["agents"] == {"done": 3, "total": 3}
+    assert st["spentUsd"] == pytest.approx(0.03) and st["agents"] == {"done": 3, "total": 3, "running": 0}
 
 
 async def test_fifo_across_runs_no_starvation(tmp_path: Path, nursery: trio.Nursery) -> None:
@@ -251,7 +255,7 @@ def test_boot_reaper_kills_recorded_group_only_if_start_time_matches(tmp_path: P
     try:
         (procs / "a.json").write_text(json.dumps({"pgid": a.pid, "startTime": process_start_time(a.pid)}))
         (procs / "b.json").write_text(json.dumps({"pgid": b.pid, "startTime": process_start_time(b.pid) + 1}))
-        assert reap_recorded_groups(procs) == [a.pid]
+        assert reap_recorded_groups(procs) == ([a.pid], [])
         assert a.wait(timeout=10) == -signal.SIGKILL
         assert b.poll() is None            # a pid whose start time differs is never killed
         assert list(procs.iterdir()) == []

@@ -12,19 +12,10 @@ import pytest
 import trio
 
 
-from .conftest import Env, agent_json, engine_daemon, result_of, run_to_end
+from .conftest import CLAUDE, Env, agent_json, engine_daemon, result_of, run_to_end  # noqa: F401
 from .fakes.anthropic_api import FakeAnthropic
 
-ROOT = Path(__file__).resolve().parent.parent
-CLAUDE = ROOT / "tests" / ".tools" / "node_modules" / ".bin" / "claude"
 CANARY = "sk-ant-canary-" + secrets.token_hex(16)
-
-
-@pytest.fixture
-def claude_bin() -> str:
-    if not CLAUDE.exists():
-        pytest.fail(f"the Claude Code CLI is not installed at {CLAUDE}: run bash tests/install.sh")
-    return str(CLAUDE)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from swarmbase import config
-from swarmbase.engines import codex, codex_run
+from swarmbase.engines import codex, codex_agent
 from swarmbase.engines.strict_schema import StrictSchemaError, strict
 
 from .conftest import Env, agent_json, engine_daemon, result_of, run_to_end
@@ -224,9 +224,9 @@ async def test_isolation_denies_secrets_and_hides_gateway_token(tmp_path: Path, 
 
 
 def test_sandbox_none_offers_read_write_only_to_write_callers() -> None:
-    assert codex_run.effective_profile("read", "none", "read") == "think"
-    assert codex_run.effective_profile("write", "none", "write") == "write"
-    assert codex_run.effective_profile("read", "bwrap", "read") == "read"
+    assert codex_agent.effective_profile("read", False, "read") == "think"
+    assert codex_agent.effective_profile("write", False, "write") == "write"
+    assert codex_agent.effective_profile("read", True, "read") == "read"
     think = codex.config_toml(codex.CodexCall(bin="codex", cwd="/w", codex_home="/h", profile="think", model="m",
                                               effort=None, meter_url="http://127.0.0.1:1", deny=["/s/k.key"]))
     assert "shell_tool = false" in think and 'web_search = "disabled"' in think and '"/s/k.key" = "deny"' in think
@@ -246,9 +246,10 @@ def test_bwrap_configured_but_missing_refuses_start(tmp_path: Path) -> None:
     p.write_text(json.dumps({"engines": {"codex": {"bin": "codex", "baseUrl": "http://gw"}}}))
     with pytest.raises(config.ConfigError, match="bubblewrap is not installed.*apt-get install bubblewrap.*\"none\""):
         config.load(p, search_path=str(b))
-    p.write_text(json.dumps({"engines": {"codex": {"bin": "codex", "baseUrl": "http://gw", "sandbox": "none"}}}))
-    assert config.load(p, search_path=str(b)).engines.codex.sandbox == "none"
-    p.write_text(json.dumps({"engines": {"codex": {"bin": "codex"}}}))            # no baseUrl: engine off
+    p.write_text(json.dumps({"engines": {"codex": {"bin": "codex", "baseUrl": "http://gw", "sandbox": "none",
+                                                   "defaultModel": "gpt-5.5"}}, "homesDir": "/var/lib/sb-homes"}))
+    assert config.load(p, search_path=str(b)).sandbox_mode == "none"     # the old key is read as the daemon-wide one
+    p.write_text(json.dumps({"engines": {"codex": {"bin": "codex"}}, "sandbox": "none"}))   # no baseUrl: engine off
     assert config.load(p, search_path=str(b)).engines.codex is None
 
 

@@ -44,6 +44,8 @@ def test_spec_example_with_comments_and_aliases(tmp_path: Path) -> None:
     fake_bin = tmp_path / "claude"
     fake_bin.write_text("#!/bin/sh\n")
     os.chmod(fake_bin, 0o755)
+    files = tmp_path / "files"
+    files.mkdir()
     text = f"""{{
       "port": 7361,  // the daemon's port
       "publicUrl": "https://m.tailnet.ts.net:7360",  /* used in links */
@@ -53,7 +55,7 @@ def test_spec_example_with_comments_and_aliases(tmp_path: Path) -> None:
       "callers": [{{
         "name": "resident-a", "tokenSha256": "{H1}",
         "apiKeyFile": "{key}", "engines": ["claude"], "maxProfile": "read",
-        "cwdRoots": ["{tmp_path}"], "defaultModel": "claude-sonnet-5-5",
+        "cwdRoots": ["{files}"], "defaultModel": "claude-sonnet-5-5",
         "runUsdDefault": 5, "runUsdMax": 25, "maxActiveRuns": 3,
         "runTokensDefault": 10000000, "runTokensMax": 30000000
       }}],
@@ -65,19 +67,31 @@ def test_spec_example_with_comments_and_aliases(tmp_path: Path) -> None:
     assert cfg.engines.claude.baseUrl == "https://gw/anthropic"
     c = cfg.callers[0]
     assert c.defaultModels.claude == "claude-sonnet-5-5"
-    assert c.cwdRoots == [os.path.realpath(tmp_path)]
+    assert c.cwdRoots == [os.path.realpath(files)]
     assert cfg.prices["gpt-x"].output == 10.0
 
 
 def test_tilde_expansion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOME", str(tmp_path))
-    key = tmp_path / "k.key"
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    key = home / "k.key"
     key.write_text("x")
     os.chmod(key, 0o600)
     cfg = load(tmp_path, json.dumps({"callers": [{"name": "a", "tokenSha256": H1, "apiKeyFile": "~/k.key",
                                                    "cwdRoots": ["~"]}]}))
     assert cfg.callers[0].apiKeyFile == str(key)
-    assert cfg.callers[0].cwdRoots == [os.path.realpath(tmp_path)]
+    assert cfg.callers[0].cwdRoots == [os.path.realpath(home)]
+
+
+def test_cwd_roots_may_not_contain_the_state_dir(tmp_path: Path) -> None:
+    for root in (str(tmp_path), "/", str(tmp_path / "homes")):
+        msg = fault(tmp_path, {"callers": [{"name": "a", "tokenSha256": H1, "cwdRoots": [root]}]})
+        assert "callers[0].cwdRoots[0]" in msg and "contains the daemon's state dir or homesDir" in msg
+    elsewhere = tmp_path / "h"
+    msg = fault(tmp_path, {"homesDir": str(elsewhere / "x"), "callers": [{"name": "a", "tokenSha256": H1,
+                                                                          "cwdRoots": [str(elsewhere)]}]})
+    assert "contains the daemon's state dir or homesDir" in msg
 
 
 def test_unknown_key_suggests_nearest(tmp_path: Path) -> None:
@@ -139,7 +153,7 @@ def test_bare_bin_resolved_on_path(tmp_path: Path) -> None:
     (b / "claude").write_text("#!/bin/sh\n")
     os.chmod(b / "claude", 0o755)
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({"engines": {"claude": {"bin": "claude"}}}))
+    p.write_text(json.dumps({"engines": {"claude": {"bin": "claude"}}, "sandbox": "none"}))
     cfg = config.load(p, search_path=str(b))
     assert cfg.engines.claude.bin == str(b / "claude")
 

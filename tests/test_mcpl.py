@@ -77,7 +77,10 @@ async def test_handshake_mcpl_05(running: Env) -> None:
             assert onto["tags"]["swarmbase:run-end"]["suggestedTreatment"] == "immediate"
             assert {"tagsAny": ["swarmbase:run-end"], "behavior": "immediate"} in onto["suggestedTreatment"]
             assert set(onto["tags"]) >= {"swarmbase:completed", "swarmbase:failed", "swarmbase:cancelled",
-                                         "swarmbase:interrupted", "surface:done"}
+                                         "swarmbase:interrupted", "surface:done", "swarmbase:budget-warning"}
+            warn = onto["tags"]["swarmbase:budget-warning"]
+            assert warn["suggestedTreatment"] == {"debounce": 30_000} and warn["facet"] == "lifecycle"
+            assert {"tagsAny": ["swarmbase:budget-warning"], "behavior": {"debounce": 30_000}} in onto["suggestedTreatment"]
             assert h.receipt == {"accepted": True, "unavailableFeatures": [], "notes": []}
             tools = (await h.request("tools/list"))["tools"]
             assert [t["name"] for t in tools] == ["run", "status", "result", "cancel", "resume", "list", "guide"]
@@ -98,16 +101,19 @@ async def test_degraded_receipt_without_push_grant(running: Env) -> None:
             assert ei.value.code == -32602
 
 
-async def test_handshake_pre_05_host_gets_array_form_and_pushes(running: Env) -> None:
+async def test_handshake_pre_05_host_selects_by_notification_and_pushes(running: Env) -> None:
     with trio.fail_after(20):
         async with connect(running.ws, running.tokens["alice"]) as h:
             init = await h.handshake("0.4")
             sets = init["capabilities"]["experimental"]["mcpl"]["featureSets"]
-            assert isinstance(sets, list)
-            assert {s["name"] for s in sets} == {"swarmbase", "swarmbase.notify"}
+            assert set(sets) == {"swarmbase", "swarmbase.notify"}      # object form unless known otherwise
             run_id = (await h.tool("run", {"script": "return 'old host'"}))["structuredContent"]["runId"]
             notice = await h.wait_notice(f"{run_id}:end")
             assert "swarmbase:completed" in notice["tags"]
+        async with connect(running.ws, running.tokens["alice"]) as h:
+            init = await h.handshake("0.4", client_name="mcpl-harness")
+            sets = init["capabilities"]["experimental"]["mcpl"]["featureSets"]
+            assert [s["name"] for s in sets] == ["swarmbase", "swarmbase.notify"]
 
 
 async def test_plain_mcp_client_gets_tools_but_no_mcpl(running: Env) -> None:
@@ -190,7 +196,7 @@ async def test_each_tool_good_and_bad(running: Env) -> None:
             res = await h.tool("run", {"script": "return args.big", "args": {"big": big}, "label": "paged",
                                        "budgetUsd": 2, "profile": "think", "effort": "low", "model": "m"})
             run_id = res["structuredContent"]["runId"]
-            assert json.loads(res["content"][0]["text"]) == {"runId": run_id}
+            assert json.loads(res["content"][0]["text"]) == {"runId": run_id, "url": f"{running.url}/runs/{run_id}"}
             await h.wait_notice(f"{run_id}:end")
 
             st = (await h.tool("status", {"runId": run_id}))["structuredContent"]

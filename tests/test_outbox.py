@@ -1,152 +1,334 @@
-"""The outbox: answer classification, backoff, torn-file salvage, and push retries under MockClock."""
+"""The outbox log: append-only adds and acks, torn tails, damage, migration from outbox.json,
+compaction, and a disk that refuses writes (a real, full or read-only tmpfs)."""
 
 from __future__ import annotations
 
+import errno
 import json
-import random
+import logging
+import os
+import subprocess
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
-from swarmbase import config
-from swarmbase.mcpl.session import Hub, Session
-from swarmbase.outbox import Outbox, backoff_delay, classify_answer
+from swarmbase import outbox as outbox_mod
+from swarmbase import outbox_file
+from swarmbase.outbox import Outbox
 
 
-def notice(i: int) -> dict[str, Any]:
+def notice(i: int, pad: int = 0) -> dict[str, Any]:
     return {"featureSet": "swarmbase.notify", "eventId": f"run_{i:012x}:end", "timestamp": "t",
             "origin": {"source": "swarmbase", "kind": "run-end", "runId": f"run_{i:012x}"},
-            "tags": ["surface:done"], "payload": {"content": [{"type": "text", "text": f"n{i}"}]}}
+            "tags": ["surface:done"], "payload": {"content": [{"type": "text", "text": f"n{i}" + "x" * pad}]}}
 
 
-def test_classify_answers() -> None:
-    assert classify_answer({"accepted": True, "inferenceId": "x"}) == "done"
-    assert classify_answer({"accepted": False, "reason": "duplicate"}) == "done"
-    assert classify_answer({"accepted": False, "reason": "rate limited"}) == "retry"
-    assert classify_answer({"accepted": True}) == "done"      # mcpl-harness answers bare
-    assert classify_answer(None, {"code": -32002, "message": "no grant"}) == "wait-grant"
-    assert classify_answer(None, {"code": -32001, "message": "disabled"}) == "hold"
-    assert classify_answer(None, {"code": -32003, "message": "unknown set"}) == "hold"
-    assert classify_answer(None, {"code": -32603, "message": "boom"}) == "retry"
+def ids(notices: list[dict[str, Any]]) -> list[str]:
+    return [n["eventId"] for n in notices]
 
 
-def test_backoff_grows_with_jitter_and_caps() -> None:
-    rng = random.Random(1)
-    delays = [backoff_delay(i, rng) for i in range(12)]
-    for i, d in enumerate(delays):
-        base = min(300.0, 2.0 ** i)
-        assert 0.75 * base <= d <= 1.25 * base
-    assert delays[-1] <= 375
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in path.read_bytes().splitlines()]
 
 
-def test_outbox_persists_in_order_and_dedups(tmp_path: Path) -> None:
-    ob = Outbox(tmp_path / "outbox.json")
+def test_adds_append_and_acks_survive_reload(tmp_path: Path) -> None:
+    p = tmp_path / "outbox.jsonl"
+    ob = Outbox(p)
     for i in range(3):
         ob.add("a", notice(i))
-    ob.add("a", notice(1))           # same eventId: not twice
+    inode = p.stat().st_ino
+    ob.add("a", notice(1))           # same eventId: kept once
     ob.add("b", notice(9))
-    again = Outbox(tmp_path / "outbox.json")
-    assert [n["eventId"] for n in again.pending("a")] == [notice(i)["eventId"] for i in range(3)]
-    again.remove(notice(0)["eventId"])
-    assert [n["eventId"] for n in Outbox(tmp_path / "outbox.json").pending("a")] == [notice(1)["eventId"], notice(2)["eventId"]]
+    assert p.stat().st_ino == inode   # appended, never rewritten
+    assert [ln["op"] for ln in lines(p)] == ["add"] * 4
+    ob.ack(notice(0)["eventId"])
+    ob.ack(notice(0)["eventId"])      # a second ack of the same notice writes nothing
+    assert lines(p)[-1] == {"op": "ack", "eventId": notice(0)["eventId"]} and len(lines(p)) == 5
+    again = Outbox(p)
+    assert ids(again.pending("a")) == ids([notice(1), notice(2)])
+    assert ids(again.pending("b")) == ids([notice(9)])
+    assert again.next_pending("a", skip={notice(1)["eventId"]}) == notice(2)
 
 
-def test_torn_outbox_keeps_intact_entries(tmp_path: Path) -> None:
-    p = tmp_path / "outbox.json"
+def test_torn_tail_loses_nothing_whole(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    p = tmp_path / "outbox.jsonl"
     ob = Outbox(p)
     for i in range(4):
         ob.add("a", notice(i))
-    raw = p.read_bytes()
-    cut = raw.rfind(b'"eventId"')          # tear inside the last entry
-    p.write_bytes(raw[:cut])
+    ob.ack(notice(0)["eventId"])
+    whole = p.read_bytes()
+    p.write_bytes(whole + b'{"op":"add","caller":"a","notice":{"eventId":"run_torn')   # a crash mid-write
+    recovered = Outbox(p)
+    assert ids(recovered.pending("a")) == ids([notice(i) for i in (1, 2, 3)])
+    assert "torn line" in caplog.text
+    assert not recovered.recovered_from_damage and not list(tmp_path.glob("*.damaged-*"))
+    recovered.add("a", notice(5))       # the torn bytes are cut before this line goes on
+    assert p.read_bytes().startswith(whole)
+    assert ids(Outbox(p).pending("a")) == ids([notice(i) for i in (1, 2, 3, 5)])
+
+
+def test_whole_last_line_without_newline_is_kept(tmp_path: Path) -> None:
+    p = tmp_path / "outbox.jsonl"
+    ob = Outbox(p)
+    ob.add("a", notice(1))
+    ob.add("a", notice(2))
+    p.write_bytes(p.read_bytes().rstrip(b"\n"))
+    assert ids(Outbox(p).pending("a")) == ids([notice(1), notice(2)])
+    assert p.read_bytes().endswith(b"\n")      # rewritten whole on load
+    Outbox(p).add("a", notice(3))
+    assert ids(Outbox(p).pending("a")) == ids([notice(i) for i in (1, 2, 3)])
+
+
+def test_damaged_lines_are_kept_aside_and_the_rest_served(tmp_path: Path) -> None:
+    p = tmp_path / "outbox.jsonl"
+    ob = Outbox(p)
+    for i in range(3):
+        ob.add("a", notice(i))
+    raw = p.read_bytes().split(b"\n")
+    raw[1] = b"\x00\xffgarbage{"
+    p.write_bytes(b"\n".join(raw))
     recovered = Outbox(p)
     assert recovered.recovered_from_damage
-    assert [n["eventId"] for n in recovered.pending("a")] == [notice(i)["eventId"] for i in range(3)]
-    assert list(tmp_path.glob("outbox.json.damaged-*"))
-    assert json.loads(p.read_text())["entries"][0]["notice"]["eventId"] == notice(0)["eventId"]
+    assert ids(recovered.pending("a")) == ids([notice(0), notice(2)])
+    [copy] = tmp_path.glob("outbox.jsonl.damaged-*")
+    assert b"garbage" in copy.read_bytes()
+    assert b"garbage" not in p.read_bytes()
 
 
-class MemTransport:
-    """The server side of a fake WebSocket: frames travel over memory channels."""
-
-    def __init__(self) -> None:
-        self.to_host_send, self.to_host = trio.open_memory_channel[str](100)
-        self.to_server, self.to_server_recv = trio.open_memory_channel[str](100)
-
-    async def send(self, text: str) -> None:
-        await self.to_host_send.send(text)
-
-    async def receive(self) -> str:
-        return await self.to_server_recv.receive()
-
-    async def close(self, code: int, reason: str) -> None:
-        await self.to_host_send.aclose()
+def test_outbox_json_is_migrated_then_retired(tmp_path: Path) -> None:
+    legacy = tmp_path / "outbox.json"
+    entries = [{"caller": "a", "addedAt": 1.0, "notice": notice(i)} for i in range(3)]
+    legacy.write_text(json.dumps({"schema": 1, "entries": entries}))
+    ob = Outbox(tmp_path / "outbox.jsonl")
+    assert ids(ob.pending("a")) == ids([notice(i) for i in range(3)])
+    assert not legacy.exists()
+    ob.ack(notice(1)["eventId"])
+    assert ids(Outbox(tmp_path / "outbox.jsonl").pending("a")) == ids([notice(0), notice(2)])
 
 
-async def host_pushes(tmp_path: Path, nursery: trio.Nursery, event: dict[str, Any], seed: int):
-    """A Session over memory channels, past initialize and a pushEvents grant, with one
-    notice in its outbox. Yields (push/event requests as they arrive, answer fn, outbox)."""
-    cfg = config.parse(json.dumps({"callers": [{"name": "a", "tokenSha256": "c" * 64}]}), tmp_path / "config.json")
-    ob = Outbox(tmp_path / "outbox.json")
-    ob.add("a", event)
-    t = MemTransport()
-    session = Session(t, cfg.callers[0], sup=None, outbox=ob, hub=Hub(), rng=random.Random(seed))  # type: ignore[arg-type]
-    nursery.start_soon(session.serve)
-    await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "capabilities": {"experimental": {"mcpl": {"version": "0.5", "pushEvents": True}}}}}))
-    await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "featureSets/update",
-                                       "params": {"effectiveCapabilities": ["pushEvents", "tools"]}}))
-
-    async def pushes():
-        async for frame in t.to_host:
-            msg = json.loads(frame)
-            if msg.get("method") == "push/event":
-                yield msg
-
-    async def answer(msg: dict[str, Any], body: dict[str, Any]) -> None:
-        await t.to_server.send(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **body}))
-
-    return pushes(), answer, ob
+def test_torn_outbox_json_is_salvaged_on_migration(tmp_path: Path) -> None:
+    legacy = tmp_path / "outbox.json"
+    entries = [{"caller": "a", "addedAt": 1.0, "notice": notice(i)} for i in range(4)]
+    raw = json.dumps({"schema": 1, "entries": entries}).encode()
+    legacy.write_bytes(raw[: raw.rfind(b'"eventId"')])      # torn inside the last entry
+    ob = Outbox(tmp_path / "outbox.jsonl")
+    assert ob.recovered_from_damage
+    assert ids(ob.pending("a")) == ids([notice(i) for i in range(3)])
+    assert list(tmp_path.glob("outbox.json.damaged-*")) and not legacy.exists()
+    assert ids(Outbox(tmp_path / "outbox.jsonl").pending("a")) == ids([notice(i) for i in range(3)])
 
 
-@pytest.mark.timeout(30)
-async def test_push_errors_retry_with_growing_delays(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
-    attempts: list[float] = []
-    with trio.fail_after(10_000):
-        async with trio.open_nursery() as n:
-            pushes, answer, ob = await host_pushes(tmp_path, n, notice(1), seed=7)
-            async for msg in pushes:
-                attempts.append(trio.current_time())
-                assert msg["params"]["eventId"] == notice(1)["eventId"]      # same id on every retry
-                if len(attempts) < 6:
-                    await answer(msg, {"error": {"code": -32603, "message": "host busy"}})
-                else:
-                    await answer(msg, {"result": {"accepted": True}})
-                    break
-            while ob.pending("a"):
-                await trio.sleep(0.01)
-            n.cancel_scope.cancel()
-    gaps = [b - a for a, b in zip(attempts, attempts[1:])]
-    assert len(gaps) == 5
-    assert all(later > earlier for earlier, later in zip(gaps, gaps[1:])), gaps
-    assert 0.75 <= gaps[0] <= 1.25 and 12 <= gaps[4] <= 20
+async def test_compaction_keeps_live_notices_and_lines_written_meanwhile(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "outbox.jsonl"
+    ob = Outbox(p)
+    n = outbox_mod.COMPACT_MIN_DEAD
+    for i in range(n + 10):
+        ob.add("a", notice(i))
+    for i in range(n // 4):             # an ack makes two dead lines: its own and its add
+        ob.ack(notice(i)["eventId"])
+    assert not ob.compaction_due()
+    for i in range(n // 4, n // 2):
+        ob.ack(notice(i)["eventId"])
+    assert ob.compaction_due()
+
+    in_thread = trio.Event()
+    real_write_temp = outbox_file.write_temp
+
+    def slow_write_temp(path: Path, data: bytes) -> Path:
+        trio.from_thread.run_sync(in_thread.set)
+        time.sleep(0.3)                 # the event loop keeps adding and acking meanwhile
+        return real_write_temp(path, data)
+
+    monkeypatch.setattr(outbox_file, "write_temp", slow_write_temp)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            results: list[bool] = []
+
+            async def compact() -> None:
+                results.append(await ob.compact())
+            nursery.start_soon(compact)
+            await in_thread.wait()
+            ob.add("a", notice(9000))
+            ob.ack(notice(n // 2)["eventId"])
+    assert results == [True]
+    expected = ids([notice(i) for i in range(n // 2 + 1, n + 10)] + [notice(9000)])
+    assert ids(ob.pending("a")) == expected
+    assert len(lines(p)) == (n + 10 - n // 2) + 2     # the snapshot's live adds + the add and ack carried over
+    assert ids(Outbox(p).pending("a")) == expected
+    assert not list(tmp_path.glob(".outbox.jsonl.tmp-*"))
 
 
-@pytest.mark.timeout(30)
-async def test_push_timeout_is_retried(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
-    seen: list[float] = []
-    with trio.fail_after(10_000):
-        async with trio.open_nursery() as n:
-            pushes, answer, ob = await host_pushes(tmp_path, n, notice(2), seed=3)
-            async for msg in pushes:
-                seen.append(trio.current_time())
-                if len(seen) == 2:       # the first push went unanswered
-                    await answer(msg, {"result": {"accepted": False, "reason": "duplicate"}})
-                    break
-            while ob.pending("a"):
-                await trio.sleep(0.01)
-            n.cancel_scope.cancel()
-    assert seen[1] - seen[0] >= 30       # the push timeout, then a backoff
+async def test_maintain_compacts_in_the_background(tmp_path: Path) -> None:
+    # Real clock: compaction writes from a worker thread, which MockClock's autojump
+    # would treat as idle time.
+    p = tmp_path / "outbox.jsonl"
+    ob = Outbox(p)
+    ob.add("a", notice(5000))
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ob.maintain)
+            for i in range(300):
+                ob.add("a", notice(i))
+                ob.ack(notice(i)["eventId"])
+                if i % 50 == 0:
+                    await trio.lowlevel.checkpoint()
+            while ob.compactions == 0 or ob.compaction_due():
+                await trio.sleep(0.05)
+            nursery.cancel_scope.cancel()
+    # Compacted at least once, and what is left is below the threshold.
+    assert len(lines(p)) < 1 + outbox_mod.COMPACT_MIN_DEAD
+    assert lines(p)[0]["notice"]["eventId"] == notice(5000)["eventId"]
+    assert ids(Outbox(p).pending("a")) == ids([notice(5000)])
+
+
+# -- a disk that refuses writes ------------------------------------------------------
+
+@contextmanager
+def small_tmpfs(where: Path, size: str = "64k") -> Iterator[Path]:
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Fill the filesystem of `path` to the last byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096) == 4096:
+            pass
+        os.write(fd, b"\0")
+    except OSError as e:
+        assert e.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+
+
+def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "swarmbase.outbox" and r.levelno >= logging.ERROR]
+
+
+@pytest.mark.timeout(60)
+async def test_full_tmpfs_keeps_notices_in_memory_and_writes_them_when_space_returns(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock) -> None:
+    with small_tmpfs(tmp_path / "disk") as disk:
+        p = disk / "outbox.jsonl"
+        ob = Outbox(p)
+        ob.add("a", notice(0, pad=1000))
+        filler = disk / "filler"
+        fill(filler)
+        for i in range(1, 21):
+            ob.add("a", notice(i, pad=1000))          # never raises
+        assert ids(ob.pending("a")) == ids([notice(i) for i in range(21)])
+        assert not ob.persisted
+        assert len(errors_logged(caplog)) == 1 and "No space left" in errors_logged(caplog)[0]
+        ob.ack(notice(3)["eventId"])                  # delivered from memory meanwhile
+        ob.flush()
+        for ln in p.read_bytes().splitlines():          # whatever reached the disk is whole lines
+            json.loads(ln)
+        filler.unlink()                               # space returns; the timer writes the rest
+        with trio.fail_after(outbox_mod.RETRY_S * 3):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ob.maintain)
+                while not ob.persisted:
+                    await trio.sleep(1)
+                nursery.cancel_scope.cancel()
+        assert len(errors_logged(caplog)) == 1
+        assert "written again" in caplog.text
+        expected = ids([notice(i) for i in range(21) if i != 3])
+        assert ids(Outbox(p).pending("a")) == expected
+
+
+@pytest.mark.timeout(60)
+async def test_short_write_on_a_full_tmpfs_leaves_no_broken_line(tmp_path: Path) -> None:
+    with small_tmpfs(tmp_path / "disk", size="16k") as disk:
+        p = disk / "outbox.jsonl"
+        ob = Outbox(p)
+        big = notice(1, pad=20_000)                   # larger than the whole filesystem
+        ob.add("a", notice(0))
+        ob.add("a", big)
+        assert not ob.persisted
+        assert [ln["notice"]["eventId"] for ln in lines(p)] == [notice(0)["eventId"]]   # cut back whole
+        ob.ack(big["eventId"])                        # delivered from memory: never needs the disk
+        ob.add("a", notice(2))
+        assert ob.persisted
+        assert ids(Outbox(p).pending("a")) == ids([notice(0), notice(2)])
+
+
+@pytest.mark.timeout(60)
+def test_read_only_remount_then_writable_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with small_tmpfs(tmp_path / "disk") as disk:
+        p = disk / "outbox.jsonl"
+        ob = Outbox(p)
+        ob.add("a", notice(0))
+        ob.close()          # a filesystem with a file open for writing cannot be remounted read-only
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        try:
+            ob.add("a", notice(1))
+            ob.ack(notice(0)["eventId"])
+            ob.flush()
+            assert not ob.persisted
+            assert "Read-only file system" in errors_logged(caplog)[0]
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+        ob.add("a", notice(2))
+        assert ob.persisted
+        assert ids(Outbox(p).pending("a")) == ids([notice(1), notice(2)])
+
+
+def test_eio_on_write_is_kept_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        caplog: pytest.LogCaptureFixture) -> None:
+    p = tmp_path / "outbox.jsonl"
+    ob = Outbox(p)
+    real_write = os.write
+
+    def failing_write(fd: int, data: bytes) -> int:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(outbox_file.os, "write", failing_write)
+    for i in range(3):
+        ob.add("a", notice(i))
+    assert ids(ob.pending("a")) == ids([notice(i) for i in range(3)])
+    assert len(errors_logged(caplog)) == 1 and "Input/output error" in errors_logged(caplog)[0]
+    monkeypatch.setattr(outbox_file.os, "write", real_write)
+    ob.flush()
+    assert ob.persisted and ids(Outbox(p).pending("a")) == ids([notice(i) for i in range(3)])
+
+
+def test_unreadable_log_at_boot_does_not_stop_the_outbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "outbox.jsonl"
+    Outbox(p).add("a", notice(0))
+
+    def eio(path: Path) -> Any:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(outbox_file, "read_log", eio)
+    ob = Outbox(p)
+    ob.add("a", notice(1))                  # appended after what is there; nothing cut
+    monkeypatch.undo()
+    assert ids(Outbox(p).pending("a")) == ids([notice(0), notice(1)])
+
+
+def test_empty_outbox_json_is_retired_and_an_unreadable_one_left_alone(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    legacy = tmp_path / "outbox.json"
+    legacy.write_text(json.dumps({"schema": 1, "entries": []}))
+    Outbox(tmp_path / "outbox.jsonl")
+    assert not legacy.exists()
+    legacy.write_text(json.dumps({"schema": 1, "entries": [{"caller": "a", "notice": notice(1)}]}))
+
+    def eio(path: Path) -> Any:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    monkeypatch.setattr(outbox_file, "read_legacy", eio)
+    assert Outbox(tmp_path / "outbox.jsonl").pending("a") == []
+    assert legacy.exists()                       # kept for the next start
+    monkeypatch.undo()
+    assert ids(Outbox(tmp_path / "outbox.jsonl").pending("a")) == ids([notice(1)])
+    assert not legacy.exists()

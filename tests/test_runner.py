@@ -2,61 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import trio
 
-from swarmbase.runner import AgentCallError, RunnerLimits, ScriptOutcome, run_script
+from swarmbase.runner import RunnerLimits, run_script
 
-
-class Host:
-    """Records what the script did; agent() answers per prompt after `delays` (in order
-    of a per-prompt table) so tests can shuffle completion order."""
-
-    def __init__(self, delays: dict[str, float] | None = None) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.phases: list[str] = []
-        self.logs: list[str] = []
-        self.metas: list[Any] = []
-        self.delays = delays or {}
-        self.live = 0
-        self.max_live = 0
-        self.spent = 0.0
-
-    async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
-        self.calls.append((prompt, opts))
-        self.live += 1
-        self.max_live = max(self.max_live, self.live)
-        try:
-            await trio.sleep(self.delays.get(prompt, 0))
-            if prompt.startswith("throw"):
-                raise AgentCallError(f"budget exhausted at {prompt}")
-            if prompt.startswith("null"):
-                return None
-            self.spent += 0.25
-            return f"<{prompt}>"
-        finally:
-            self.live -= 1
-
-    def phase(self, title: str) -> None:
-        self.phases.append(title)
-
-    def log(self, message: str) -> None:
-        self.logs.append(message)
-
-    def meta(self, meta: Any) -> None:
-        self.metas.append(meta)
-
-    def budget_view(self) -> dict[str, Any]:
-        return {"total": 5.0, "spent": self.spent, "reserved": 0.0, "remaining": 5.0 - self.spent}
-
-
-async def run(script: str, args: Any = None, host: Host | None = None, slice_ms: int = 2000) -> tuple[ScriptOutcome, Host]:
-    host = host or Host()
-    with trio.fail_after(30):
-        out = await run_script(script, args, host, RunnerLimits(slice_ms=slice_ms))
-    return out, host
+from .script_host import Host, run
 
 
 async def test_every_hook() -> None:

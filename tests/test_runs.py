@@ -47,7 +47,8 @@ async def test_notice_reaches_connected_host_exactly(running: Env) -> None:
             n = await h.wait_notice(f"{run_id}:end")
     assert n["featureSet"] == "swarmbase.notify"
     assert n["eventId"] == f"{run_id}:end"
-    assert n["origin"] == {"source": "swarmbase", "kind": "run-end", "runId": run_id}
+    assert n["origin"] == {"source": "swarmbase", "kind": "run-end", "runId": run_id,
+                           "url": f"{running.url}/runs/{run_id}"}
     assert n["tags"] == ["surface:done", "swarmbase:run-end", "swarmbase:completed"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", n["timestamp"])
     [block] = n["payload"]["content"]
@@ -87,7 +88,7 @@ async def test_cancel_mid_run_leaves_no_runner_process(parked: tuple[Env, Parked
             assert runner_pids() == []
             st = (await h.tool("status", {"runId": run_id}))["structuredContent"]
             assert st["status"] == "cancelled" and st["error"] == "cancelled by caller alice"
-            assert st["phases"] == [{"title": "wait", "agents": []}]
+            assert st["phases"] == [{"title": "wait", "workflow": "", "agents": []}]
 
 
 class Gate:
@@ -114,8 +115,8 @@ async def test_offline_caller_gets_notices_on_connect_oldest_first(env: Env, nur
             await trio.sleep(0.02)
         queued = [n["eventId"] for n in env.services.outbox.pending("bob")]
         assert sorted(queued) == sorted(f"{i}:end" for i in ids)
-        on_disk = json.loads((env.state / "outbox.json").read_text())
-        assert [e["notice"]["eventId"] for e in on_disk["entries"]] == queued
+        on_disk = [json.loads(line) for line in (env.state / "outbox.jsonl").read_text().splitlines()]
+        assert [e["notice"]["eventId"] for e in on_disk if e["op"] == "add"] == queued
         async with connect(env.ws, env.tokens["bob"]) as h:
             await h.handshake()
             got = [await h.notices.receive() for _ in ids]
@@ -155,7 +156,7 @@ async def test_run_store_files_and_work_dir(running: Env) -> None:
     assert json.loads((da / "run.json").read_text())["status"] == "completed"
     assert (da / "script.js").read_text() == "phase('x'); log('l1'); return [1]"
     assert json.loads((da / "result.json").read_text()) == {"value": [1]}
-    assert json.loads((da / "phases.json").read_text()) == [{"title": "x", "agents": []}]
+    assert json.loads((da / "phases.json").read_text()) == [{"title": "x", "workflow": "", "agents": []}]
     assert [e["message"] for e in fsutil.read_lines(da / "log.jsonl")[0]] == ["phase: x", "l1"]
     assert not (da / "work").exists()
     assert (db / "work").is_dir()
@@ -204,8 +205,7 @@ def test_boot_recovery_marks_interrupted_and_sweeps_work(env: Env) -> None:
         store.create(r, "return 1")
         runs[name] = r
     from swarmbase.daemon import build_services
-    from swarmbase.engines.codex import codex_homes_dir
-    leftovers = [env.state / "homes" / f"{runs['left'].id}-1", codex_homes_dir(env.state) / f"{runs['left'].id}-2"]
+    leftovers = [env.cfg.homes_dir / f"{runs['left'].id}-1", env.cfg.homes_dir / f"{runs['left'].id}-runner"]
     for d in leftovers:
         d.mkdir(parents=True)
     services = build_services(env.cfg)
@@ -226,8 +226,11 @@ def test_delete_work_on_end_false_keeps_work(tmp_path: Path) -> None:
     path, _ = write_config(tmp_path / "s", deleteWorkOnEnd=False)
     cfg = config.load(path)
     store = RunStore(cfg.state_dir)
-    r = Run(id="run_aaaaaaaaaaaa", caller="alice", dir_name="x-run_aaaaaaaaaaaa", created_at=0, status="failed")
+    r = Run(id="run_aaaaaaaaaaaa", caller="alice", dir_name=RunStore.dir_name_for("run_aaaaaaaaaaaa", 0),
+            created_at=0, status="failed")
     store.create(r, "")
     from swarmbase.daemon import build_services
-    build_services(cfg).supervisor.recover()
+    sup = build_services(cfg).supervisor
+    sup.recover()
+    assert r.id in sup.runs                 # it was loaded, and its work dir kept
     assert store.work_dir(r).is_dir()

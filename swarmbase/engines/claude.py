@@ -78,7 +78,7 @@ def argv(call: ClaudeCall) -> list[str]:
     if call.profile == "write":
         allow += [abs_rule("Edit", call.cwd), "Bash"]
     settings = {"permissions": {"deny": deny_rules(call.state_dir, call.user_home, call.secret_files)}}
-    out = [call.bin, "-p", "--output-format", "stream-json", "--verbose",
+    out = [call.bin, "-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
            "--permission-mode", "dontAsk", "--setting-sources=",
            "--settings", json.dumps(settings, separators=(",", ":")),
            "--strict-mcp-config", "--mcp-config", '{"mcpServers":{}}',
@@ -147,19 +147,31 @@ def _usage_tokens(u: Mapping[str, Any]) -> Tokens:
 
 @attrs.define
 class StreamState:
-    """What has been learnt from the stream so far."""
+    """What has been learnt from the stream so far.
+
+    With --include-partial-messages the CLI relays the API's stream events: each
+    message_start carries the request's input usage, text deltas show output growing, and
+    message_delta the message's final output count, so usage is live and a killed agent
+    is charged for what it really used. Without them (older CLIs, fakes), the assistant
+    events' message_start usage is the fallback (output ≈ 1 there: an underestimate)."""
     result: dict[str, Any] | None = None
-    # message id -> usage seen on it (message_start usage: output ≈ 1; an underestimate)
+    # message id -> usage seen on its assistant events
     streamed: dict[str, Tokens] = attrs.Factory(dict)
+    finished: list[Tokens] = attrs.Factory(list)      # from stream events, per message
+    current: Tokens | None = None                     # the message streaming now
+    current_chars: int = 0
     model: str | None = None
     last_text: str | None = None
     api_errors: list[str] = attrs.Factory(list)
+    partial: bool = False                             # stream events seen
 
     def feed(self, event: Any) -> None:
         if not isinstance(event, dict):
             return
         t = event.get("type")
-        if t == "system" and event.get("subtype") == "init":
+        if t == "stream_event":
+            self._feed_stream_event(event.get("event"))
+        elif t == "system" and event.get("subtype") == "init":
             self.model = event.get("model") if isinstance(event.get("model"), str) else self.model
         elif t == "assistant":
             msg = event.get("message") if isinstance(event.get("message"), dict) else {}
@@ -174,9 +186,52 @@ class StreamState:
         elif t == "result":
             self.result = event
 
+    def _feed_stream_event(self, ev: Any) -> None:
+        if not isinstance(ev, dict):
+            return
+        self.partial = True
+        kind = ev.get("type")
+        if kind == "message_start":
+            self._close_current()
+            msg = ev.get("message") if isinstance(ev.get("message"), dict) else {}
+            self.current = _usage_tokens(msg.get("usage") or {})
+            self.current_chars = 0
+        elif kind == "content_block_delta" and self.current is not None:
+            delta = ev.get("delta") if isinstance(ev.get("delta"), dict) else {}
+            for k in ("text", "partial_json", "thinking"):
+                if isinstance(delta.get(k), str):
+                    self.current_chars += len(delta[k])
+        elif kind == "message_delta" and self.current is not None:
+            usage = ev.get("usage") if isinstance(ev.get("usage"), dict) else {}
+            out = usage.get("output_tokens")
+            if isinstance(out, int) and not isinstance(out, bool):
+                self.current = attrs.evolve(self.current, output=out)
+                self.current_chars = 0
+        elif kind == "message_stop":
+            self._close_current()
+
+    def _close_current(self) -> None:
+        if self.current is not None:
+            self.finished.append(self._with_estimate(self.current))
+            self.current = None
+            self.current_chars = 0
+
+    def _with_estimate(self, t: Tokens) -> Tokens:
+        return attrs.evolve(t, output=max(t.output, self.current_chars // 4))
+
+    @property
+    def responses(self) -> int:
+        return len(self.finished) + (self.current is not None) if self.partial else len(self.streamed)
+
     @property
     def streamed_tokens(self) -> Tokens:
         total = Tokens()
+        if self.partial:
+            for t in self.finished:
+                total = total + t
+            if self.current is not None:
+                total = total + self._with_estimate(self.current)
+            return total
         for t in self.streamed.values():
             total = total + t
         return total
@@ -199,8 +254,10 @@ def judge(state: StreamState, schema: dict[str, Any] | None) -> Verdict:
     """Classify a finished (or killed) agent from its stream."""
     r = state.result
     if r is None:
+        tokens = state.streamed_tokens
         return Verdict(ok=False, error="the agent ended without a result (crash, kill or hang)",
-                       tokens=state.streamed_tokens)
+                       tokens=tokens, cost_usd=0.0 if state.responses == 0 else None,
+                       tokens_exact=state.responses == 0)
     tokens = result_tokens(r) or state.streamed_tokens
     raw_cost = r.get("total_cost_usd")
     cost = float(raw_cost) if isinstance(raw_cost, (int, float)) and not isinstance(raw_cost, bool) else None
@@ -217,16 +274,18 @@ def judge(state: StreamState, schema: dict[str, Any] | None) -> Verdict:
     if schema is not None:
         value = r.get("structured_output")
         if value is None:
-            return Verdict(ok=False, error="no structured output: the agent never produced an object matching the schema",
+            msg = "no structured output: the agent never produced an object matching the schema"
+            return Verdict(ok=False, error=msg, schema_error=msg, text=state.last_text,
                            cost_usd=cost, tokens=tokens, tokens_exact=exact)
         try:
             jsonschema.validate(value, schema)
         except jsonschema.ValidationError as e:
             path = "/".join(str(p) for p in e.absolute_path) or "(root)"
-            return Verdict(ok=False, error=f"structured output does not match the schema at {path}: {e.message}",
+            msg = f"structured output does not match the schema at {path}: {e.message}"
+            return Verdict(ok=False, error=msg, schema_error=msg, text=json.dumps(value),
                            cost_usd=cost, tokens=tokens, tokens_exact=exact)
-        return Verdict(ok=True, value=value, cost_usd=cost, tokens=tokens, tokens_exact=exact)
+        return Verdict(ok=True, value=value, text=json.dumps(value), cost_usd=cost, tokens=tokens, tokens_exact=exact)
     text = r.get("result")
     if not isinstance(text, str):
         text = state.last_text or ""
-    return Verdict(ok=True, value=text, cost_usd=cost, tokens=tokens, tokens_exact=exact)
+    return Verdict(ok=True, value=text, text=text, cost_usd=cost, tokens=tokens, tokens_exact=exact)

@@ -13,7 +13,8 @@ notes and were re-checked against codex-cli 0.169 in this repo's tests:
   itself. think also turns the shell off (`features.shell_tool`, `features.unified_exec`)
   and web search; its profile is read-only, so apply_patch cannot write either.
 - CODEX_HOME must not be under /tmp (with a system bubblewrap every sandboxed command
-  then fails), so it lives under the daemon's state dir.
+  then fails): inside the sandbox the private dir is mounted outside any temp dir, and
+  without the sandbox the config refuses a homesDir under the temp dir.
 - `--output-schema` is sent to the model but not validated by the CLI: the daemon
   validates the final message itself.
 """
@@ -35,22 +36,6 @@ WORKSPACE_SECRET_GLOBS = ["**/.env", "**/.env.*", "**/*.token", "**/*.key", "**/
                           "**/.git-credentials", "**/credentials", "**/credentials.json"]
 CREDENTIAL_DIRS = [".ssh", ".aws", ".gnupg", ".kube", ".docker", ".config/gcloud", ".azure", ".claude",
                    ".codex", ".config/gh", ".password-store"]
-
-
-def codex_homes_dir(state_dir: Path) -> Path:
-    """Where throwaway CODEX_HOMEs go: under the state dir, unless that is itself under the
-    temp dir, where codex refuses its PATH aliases and, with a system bubblewrap, every
-    sandboxed command fails ("execvp codex-linux-sandbox"). Then a per-state-dir folder in
-    the user's cache is used instead."""
-    import hashlib
-    import tempfile
-    real = os.path.realpath(state_dir)
-    tmp_roots = {os.path.realpath(tempfile.gettempdir()), "/tmp", "/var/tmp"}
-    if any(real == t or real.startswith(t.rstrip("/") + "/") for t in tmp_roots):
-        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        digest = hashlib.sha256(real.encode()).hexdigest()[:12]
-        return Path(cache) / "swarmbase" / f"codex-homes-{digest}"
-    return state_dir / "homes"
 
 
 def toml_str(s: str) -> str:
@@ -113,79 +98,12 @@ def config_toml(call: CodexCall) -> str:
     return "\n".join(lines)
 
 
-def deny_paths(*, state_dir: Path, own_home: Path, key_files: list[str], config_path: Path,
-               user_home: str, homes_dirs: list[Path] | None = None) -> list[str]:
-    """What a codex agent's sandbox must not read, enumerated as exact paths now (deny globs
-    with a `*` directory component are expanded differently between CLI versions)."""
-    out: list[str] = [str(config_path)]
-    out += [p for p in key_files if p]
-    out += [str(p) for p in sorted(state_dir.glob("mcpl-*.token"))]
-    out += [str(p) for p in sorted(state_dir.glob("*.key"))]
-    for name in ("outbox.json", "procs"):
-        out.append(str(state_dir / name))
-    runs = state_dir / "runs"
-    if runs.is_dir():
-        for d in sorted(runs.iterdir()):
-            for item in ("run.json", "script.js", "journal.jsonl", "log.jsonl", "result.json", "phases.json",
-                         "agents"):
-                if (d / item).exists():
-                    out.append(str(d / item))
-    for homes in homes_dirs or [state_dir / "homes"]:
-        if homes.is_dir():
-            for h in sorted(homes.iterdir()):
-                if h != own_home:
-                    out.append(str(h))
-    out += [os.path.join(user_home, d) for d in CREDENTIAL_DIRS if os.path.exists(os.path.join(user_home, d))]
-    return out
-
-
 def exec_argv(call: CodexCall, schema_file: str | None) -> list[str]:
     argv = [call.bin, "exec", "--json", "--skip-git-repo-check", "--ephemeral", "--ignore-rules",
             "--strict-config", "-C", call.cwd]
     if schema_file:
         argv += ["--output-schema", schema_file]
     argv.append("-")                      # the prompt comes on stdin, from a file
-    return argv
-
-
-def npm_tree(bin_path: str) -> str | None:
-    """For an npm-installed CLI (…/node_modules/.bin/codex → …/@openai/codex/bin/codex.js)
-    the whole node_modules tree: the wrapper loads its platform package from a sibling."""
-    real = os.path.realpath(bin_path)
-    parts = real.split(os.sep)
-    if "node_modules" in parts:
-        i = len(parts) - 1 - parts[::-1].index("node_modules")
-        return os.sep.join(parts[: i + 1])
-    return None
-
-
-def bwrap_argv(bwrap: str, call: CodexCall, node: str | None) -> list[str]:
-    """The outer allow-list: system dirs, a few /etc files, the cwd (read-only unless write),
-    the agent's CODEX_HOME, the dirs of the codex bin and of node, and an npm CLI's tree.
-    It shares the host network (the CLI must reach the meter)."""
-    argv = [bwrap, "--die-with-parent", "--unshare-pid", "--new-session",
-            "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for d in ("bin", "sbin", "lib", "lib64", "lib32"):
-        p = "/" + d
-        if os.path.islink(p):
-            argv += ["--symlink", os.readlink(p), p]
-        elif os.path.isdir(p):
-            argv += ["--ro-bind", p, p]
-    for f in ("/etc/hosts", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/resolv.conf",
-              "/etc/localtime", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives"):
-        argv += ["--ro-bind-try", f, f]
-    mounts = [os.path.dirname(os.path.realpath(call.bin)), os.path.dirname(os.path.abspath(call.bin))]
-    if node:
-        mounts.append(os.path.dirname(os.path.realpath(node)))
-    tree = npm_tree(call.bin)
-    if tree:
-        mounts.append(tree)
-    for m in dict.fromkeys(mounts):
-        if not m.startswith("/usr/") and m != "/usr":
-            argv += ["--ro-bind", m, m]
-    argv += ["--bind", call.codex_home, call.codex_home]
-    argv += ["--bind" if call.profile == "write" else "--ro-bind", call.cwd, call.cwd]
-    argv += ["--chdir", call.cwd, "--"]
     return argv
 
 
@@ -241,6 +159,8 @@ class CodexVerdict:
     ok: bool
     value: Any = None
     error: str | None = None
+    text: str | None = None
+    schema_error: str | None = None
 
 
 def judge(stream: CodexStream, schema: dict[str, Any] | None) -> CodexVerdict:
@@ -251,14 +171,38 @@ def judge(stream: CodexStream, schema: dict[str, Any] | None) -> CodexVerdict:
         return CodexVerdict(ok=False, error="the agent ended without completing its turn" + detail)
     text = stream.last_text or ""
     if schema is None:
-        return CodexVerdict(ok=True, value=text)
+        return CodexVerdict(ok=True, value=text, text=text)
     try:
         value = json.loads(text)
     except ValueError:
-        return CodexVerdict(ok=False, error="structured output is not JSON (the CLI does not validate it)")
+        msg = "structured output is not JSON (the CLI does not validate it)"
+        return CodexVerdict(ok=False, error=msg, schema_error=msg, text=text)
     try:
         jsonschema.validate(value, schema)
     except jsonschema.ValidationError as e:
         where = "/".join(str(p) for p in e.absolute_path) or "(root)"
-        return CodexVerdict(ok=False, error=f"structured output does not match the schema at {where}: {e.message}")
-    return CodexVerdict(ok=True, value=value)
+        msg = f"structured output does not match the schema at {where}: {e.message}"
+        return CodexVerdict(ok=False, error=msg, schema_error=msg, text=text)
+    return CodexVerdict(ok=True, value=value, text=text)
+
+
+# ---------------------------------------------------------------------------
+# What the CLI's own sandbox must not read (defense in depth; with the outer sandbox
+# none of it exists in the agent's namespace anyway).
+
+RUN_ITEMS = ("run.json", "script.js", "journal.jsonl", "log.jsonl", "result.json", "phases.json", "agents")
+
+
+def secret_paths(state_dir: Path, key_files: list[str], config_path: Path, user_home: str) -> list[str]:
+    """The daemon's secrets and records outside runs/: fixed at start-up."""
+    out = [str(config_path), *[p for p in key_files if p]]
+    out += [str(p) for p in sorted(state_dir.glob("mcpl-*.token"))]
+    out += [str(p) for p in sorted(state_dir.glob("*.key"))]
+    out += [str(state_dir / n) for n in ("outbox.json", "outbox.jsonl", "procs", "admin")]
+    out += [os.path.join(user_home, d) for d in CREDENTIAL_DIRS if os.path.exists(os.path.join(user_home, d))]
+    return out
+
+
+def run_paths(run_dir: Path) -> list[str]:
+    """One run's records (never its work dir, which may be an agent's cwd)."""
+    return [str(run_dir / item) for item in RUN_ITEMS]

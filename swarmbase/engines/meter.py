@@ -65,7 +65,9 @@ class MeterAgent:
     max_usd: float | None            # None: unpriced, no USD cap from the meter
     price: PriceRow | None
     kill: Callable[[str], None]      # stops the agent with a reason
+    changed: Callable[[], None] = lambda: None    # usage moved (live view)
     used: Tokens = Tokens()          # booked from response.completed usage
+    pending: Tokens = Tokens()       # the meter's estimate of responses still streaming
     responses: int = 0
     unparsed: int = 0                # responses whose usage could not be read
     estimated: bool = False          # some tokens are the meter's estimate for a cut-off response
@@ -76,15 +78,23 @@ class MeterAgent:
     def tokens(self) -> int:
         return self.used.total
 
-    def cost(self, tokens: Tokens | None = None) -> float:
-        return cost(tokens or self.used, self.price) if self.price else 0.0
+    @property
+    def live(self) -> Tokens:
+        """Booked usage plus the estimate of what is streaming now."""
+        return self.used + self.pending
 
-    def over(self, extra: int = 0) -> str | None:
-        total = self.tokens + extra
-        if total > self.max_tokens:
-            return f"meter: token ceiling of {self.max_tokens:,} crossed ({total:,} tokens)"
+    def cost(self, tokens: Tokens | None = None) -> float:
+        return cost(self.used if tokens is None else tokens, self.price) if self.price else 0.0
+
+    def over(self, extra: Tokens = Tokens()) -> str | None:
+        """A reason to stop the agent if booked usage plus `extra` (an estimate of an
+        unfinished response: input priced as input, streamed text as output) crosses
+        its token ceiling or, for a priced model, its USD cap."""
+        total = self.used + extra
+        if total.total > self.max_tokens:
+            return f"meter: token ceiling of {self.max_tokens:,} crossed ({total.total:,} tokens)"
         if self.max_usd is not None and self.price is not None:
-            spend = self.cost(self.used + Tokens(output=extra))
+            spend = self.cost(total)
             if spend > self.max_usd:
                 return f"meter: USD cap of ${self.max_usd:.2f} crossed (${spend:.4f})"
         return None
@@ -166,10 +176,11 @@ def usage_tokens(u: Any) -> Tokens | None:
 class Meter:
     """The registry of live agents plus the ASGI app that relays their requests."""
 
-    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(self, client: httpx.AsyncClient | None = None, redact: Any = None) -> None:
         self.agents: dict[str, MeterAgent] = {}
         self.url = ""
         self._client = client
+        self.redact = redact          # live bearers are secrets too, while they live
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -180,11 +191,15 @@ class Meter:
     def register(self, **kw: Any) -> MeterAgent:
         agent = MeterAgent(bearer=secrets.token_urlsafe(32), **kw)
         self.agents[agent.bearer] = agent
+        if self.redact is not None:
+            self.redact.add(agent.bearer)
         return agent
 
     def unregister(self, agent: MeterAgent) -> None:
         self.agents.pop(agent.bearer, None)
         agent.close_relays()
+        if self.redact is not None:
+            self.redact.discard(agent.bearer)
 
     # -- ASGI ---------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -269,40 +284,48 @@ class Meter:
     async def _stream(self, agent: MeterAgent, resp: httpx.Response, send: Any, input_estimate: int) -> None:
         scanner = EventScanner()
         out_chars = 0
-        saw_usage = False
-        async for chunk in resp.aiter_raw():
-            for whole, tail in scanner.feed(chunk):
-                if whole is not None and whole.startswith(DELTA_PREFIX):
-                    # The hot path: count a text delta by its size, without decoding JSON.
-                    out_chars += max(0, len(whole) - DELTA_OVERHEAD)
-                    continue
-                data = event_data(whole) if whole is not None else None
-                kind = data.get("type") if isinstance(data, dict) else None
-                if kind == "response.output_text.delta" and isinstance(data.get("delta"), str):
-                    out_chars += len(data["delta"])
-                elif kind in ("response.completed", "response.incomplete", "response.failed"):
-                    u = usage_tokens((data.get("response") or {}).get("usage"))
-                    if u is None and whole is None:
-                        m = USAGE_RE.search(tail)
-                        u = usage_tokens(json.loads(m.group(1))) if m else None
-                    agent.responses += 1
-                    if u is not None:
-                        agent.used = agent.used + u
-                        saw_usage = True
-                    out_chars = 0
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            estimate = 0 if saw_usage else input_estimate + out_chars // 4
-            reason = agent.over(estimate)
-            if reason:
-                # The cut-off response will never report usage: book the estimate (marked),
-                # never zero, or a budget of killed agents would never run out.
-                if estimate:
-                    agent.used = agent.used + Tokens(input=input_estimate, output=out_chars // 4)
-                    agent.estimated = True
-                agent.error = reason
-                agent.kill(reason)
-                return
-        if not saw_usage and resp.status_code == 200:
+        in_flight = True              # this response has not reported its usage yet
+        agent.pending = agent.pending + Tokens(input=input_estimate)
+        mine = Tokens(input=input_estimate)
+        try:
+            async for chunk in resp.aiter_raw():
+                for whole, tail in scanner.feed(chunk):
+                    if whole is not None and whole.startswith(DELTA_PREFIX):
+                        # The hot path: count a text delta by its size, without decoding JSON.
+                        out_chars += max(0, len(whole) - DELTA_OVERHEAD)
+                        continue
+                    data = event_data(whole) if whole is not None else None
+                    kind = data.get("type") if isinstance(data, dict) else None
+                    if kind == "response.output_text.delta" and isinstance(data.get("delta"), str):
+                        out_chars += len(data["delta"])
+                    elif kind in ("response.completed", "response.incomplete", "response.failed"):
+                        u = usage_tokens((data.get("response") or {}).get("usage"))
+                        if u is None and whole is None:
+                            m = USAGE_RE.search(tail)
+                            u = usage_tokens(json.loads(m.group(1))) if m else None
+                        agent.responses += 1
+                        if u is not None:
+                            agent.used = agent.used + u
+                            in_flight = False
+                        out_chars = 0
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                estimate = Tokens(input=input_estimate, output=out_chars // 4) if in_flight else Tokens()
+                agent.pending = agent.pending - mine + estimate
+                mine = estimate
+                agent.changed()
+                reason = agent.over(estimate)
+                if reason:
+                    # The cut-off response will never report usage: book the estimate (marked),
+                    # never zero, or a budget of killed agents would never run out.
+                    if estimate.total:
+                        agent.used = agent.used + estimate
+                        agent.estimated = True
+                    agent.error = reason
+                    agent.kill(reason)
+                    return
+        finally:
+            agent.pending = agent.pending - mine
+        if in_flight and resp.status_code == 200:
             agent.unparsed += 1
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -17,3 +17,6 @@ class Verdict:
     cost_usd: float | None = None        # None: unknown, estimate from tokens
     tokens: Tokens = Tokens()
     tokens_exact: bool = False
+    exit_code: int | None = None
+    text: str | None = None              # the agent's final text (for detail records)
+    schema_error: str | None = None      # the structured output failed the schema

@@ -9,6 +9,8 @@ import attrs
 TOOLS_SET = "swarmbase"
 NOTIFY_SET = "swarmbase.notify"
 
+BUDGET_WARNING_DEBOUNCE_MS = 30_000
+
 TAG_ONTOLOGY: dict[str, Any] = {
     "tags": {
         "swarmbase:run-end": {"desc": "A run reached a terminal state", "facet": "lifecycle",
@@ -18,8 +20,15 @@ TAG_ONTOLOGY: dict[str, Any] = {
         "swarmbase:cancelled": {"desc": "The run was cancelled by its caller or an admin", "facet": "lifecycle"},
         "swarmbase:interrupted": {"desc": "The daemon stopped while the run was in flight", "facet": "lifecycle"},
         "surface:done": {"desc": "Work surfaced to the agent is finished", "stability": "experimental"},
+        # "Batched" in RFC-001 terms: a debounce, so warnings arriving close together
+        # (several runs crossing their threshold) reach the agent as one wake-up.
+        "swarmbase:budget-warning": {"desc": "A run's spend plus reservations crossed its budget warning "
+                                             "threshold; it may still be cancelled before the ceiling",
+                                     "facet": "lifecycle", "suggestedTreatment": {"debounce": BUDGET_WARNING_DEBOUNCE_MS}},
     },
-    "suggestedTreatment": [{"tagsAny": ["swarmbase:run-end"], "behavior": "immediate"}],
+    "suggestedTreatment": [{"tagsAny": ["swarmbase:run-end"], "behavior": "immediate"},
+                           {"tagsAny": ["swarmbase:budget-warning"],
+                            "behavior": {"debounce": BUDGET_WARNING_DEBOUNCE_MS}}],
     "open": True,
 }
 
@@ -41,10 +50,27 @@ def is_05_or_later(version: Any) -> bool:
     return version_tuple(version) >= (0, 5)
 
 
-def declarations_for(version: Any) -> Any:
-    """Object form for 0.5 hosts; the older array form for pre-0.5 hosts (mcpl-harness
-    0.1.1 crashes on the object form)."""
+# The featureSets shape each known host parses, by clientInfo.name. The version a host
+# advertises cannot decide it: agent-framework says "0.4" and needs the object form.
+# Evidence for every row is in docs/decisions.md ("featureSets form per host").
+KNOWN_HOSTS: dict[str, str] = {
+    "agent-framework": "object",      # types featureSets as an object and spreads it
+    "mcpl-harness": "array",          # 0.1.x CLI (same handshake as the web UI)
+    "mcpl-harness-web": "array",      # 0.1.x web UI: `for (const fs of decls ?? [])` throws on an object
+}
+
+
+def declaration_form(version: Any, client_name: Any) -> str:
+    """'object' (the 0.5 form, and the default) or 'array' (only pre-0.5 builds of hosts
+    known to need it; a 0.5 host must parse the object form whatever its name)."""
     if is_05_or_later(version):
+        return "object"
+    known = KNOWN_HOSTS.get(client_name) if isinstance(client_name, str) else None
+    return known or "object"
+
+
+def declarations_for(version: Any, client_name: Any = None) -> Any:
+    if declaration_form(version, client_name) == "object":
         return DECLARATIONS
     return [{"name": name, **decl} for name, decl in DECLARATIONS.items()]
 

@@ -1,9 +1,9 @@
-"""One MCPL connection: handshake, grant, tools, and pushing run-end notices.
+"""One MCPL connection: handshake, grant, tools; notices go out through delivery.py.
 
 The read loop never blocks on our own requests: push/event answers come back through
 it and are matched to waiting senders by id. Notices are pushed only after a 0.5 host's
 featureSets/update Request was answered (older hosts: after their Notification, or a
-grace period), oldest first, and leave the outbox only when accepted or duplicate.
+grace period), and leave the outbox only when accepted or duplicate.
 """
 
 from __future__ import annotations
@@ -12,21 +12,22 @@ import hashlib
 import hmac
 import logging
 import random
-from typing import Any, Awaitable, Callable, Protocol
+import secrets
+from typing import Any, Protocol
 
 import trio
 
 from .. import __version__
 from ..config import Caller, Config
-from ..outbox import Outbox, backoff_delay, classify_answer
+from ..outbox import Outbox
 from ..runs.supervisor import Supervisor
 from . import features, jsonrpc, tools
+from .delivery import PUSH_TIMEOUT_S, Delivery  # noqa: F401  (PUSH_TIMEOUT_S re-exported)
 from .jsonrpc import Invalid, Notification, Request, Response, RpcError
 
 log = logging.getLogger("swarmbase.mcpl")
 
 PROTOCOL_VERSION = "2024-11-05"
-PUSH_TIMEOUT_S = 30.0
 LEGACY_GRANT_GRACE_S = 20.0
 UNAUTH_CLOSE_AFTER_S = 10.0
 CLOSE_UNAUTHORIZED = 4001
@@ -57,6 +58,17 @@ class Hub:
 
     def __init__(self) -> None:
         self.sessions: dict[str, "Session"] = {}
+        self._reported: set[Any] = set()
+
+    def first_report(self, key: Any) -> bool:
+        """True the first time `key` is reported in this daemon's life (log-once across
+        reconnects; bounded so a long life cannot grow it without end)."""
+        if key in self._reported:
+            return False
+        if len(self._reported) >= 10_000:
+            self._reported.clear()
+        self._reported.add(key)
+        return True
 
     async def attach(self, session: "Session") -> None:
         assert session.caller is not None
@@ -70,16 +82,6 @@ class Hub:
             del self.sessions[session.caller.name]
 
 
-async def _first_of(*waits: Callable[[], Awaitable[None]]) -> None:
-    """Return when the first of these returns."""
-    async with trio.open_nursery() as n:
-        async def one(fn: Callable[[], Awaitable[None]]) -> None:
-            await fn()
-            n.cancel_scope.cancel()
-        for fn in waits:
-            n.start_soon(one, fn)
-
-
 class Session:
     def __init__(self, transport: Transport, caller: Caller | None, sup: Supervisor,
                  outbox: Outbox, hub: Hub, rng: random.Random | None = None) -> None:
@@ -88,9 +90,10 @@ class Session:
         self.sup = sup
         self.outbox = outbox
         self.hub = hub
-        self.rng = rng or random.Random()
+        self.delivery = Delivery(self, rng or random.Random())
         self.initialized = False
         self.mcpl_version: str | None = None   # None: a plain MCP client
+        self.client_name: str | None = None
         self.grant = features.EMPTY_GRANT
         self.grant_changed = trio.Event()
         self._next_id = 0
@@ -126,6 +129,7 @@ class Session:
 
     def _set_grant(self, grant: features.Grant) -> None:
         self.grant = grant
+        self.delivery.release_holds()
         ev, self.grant_changed = self.grant_changed, trio.Event()
         ev.set()
 
@@ -137,7 +141,7 @@ class Session:
                 return
             await self.hub.attach(self)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._deliver_loop)
+                nursery.start_soon(self.delivery.run)
                 await self._read_loop(nursery)
                 nursery.cancel_scope.cancel()
         finally:
@@ -187,8 +191,12 @@ class Session:
         except RpcError as e:
             await self.send(jsonrpc.error(msg.id, e))
         except Exception as e:
-            log.exception("request %s failed", msg.method)
-            await self.send(jsonrpc.error(msg.id, RpcError(jsonrpc.INTERNAL_ERROR, f"internal error: {e}")))
+            # The text goes to a remote peer: no paths, no stack, only a reference to the log.
+            ref = secrets.token_hex(4)
+            log.exception("request %s failed (ref %s)", msg.method, ref)
+            await self.send(jsonrpc.error(msg.id, RpcError(
+                jsonrpc.INTERNAL_ERROR, f"internal error ({type(e).__name__}); the daemon log has the details "
+                                        f"under ref {ref}")))
 
     def _on_notification(self, msg: Notification, nursery: trio.Nursery) -> None:
         if msg.method == "featureSets/update":
@@ -231,6 +239,8 @@ class Session:
         caps = params.get("capabilities") if isinstance(params.get("capabilities"), dict) else {}
         exp = caps.get("experimental") if isinstance(caps.get("experimental"), dict) else {}
         mcpl = exp.get("mcpl")
+        info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
+        self.client_name = info.get("name") if isinstance(info.get("name"), str) else None
         self.initialized = True
         result: dict[str, Any] = {
             "protocolVersion": PROTOCOL_VERSION,
@@ -242,7 +252,7 @@ class Session:
             self.mcpl_version = str(mcpl.get("version", "0"))
             result["capabilities"]["experimental"] = {"mcpl": {
                 "version": "0.5", "pushEvents": True,
-                "featureSets": features.declarations_for(self.mcpl_version)}}
+                "featureSets": features.declarations_for(self.mcpl_version, self.client_name)}}
             if not features.is_05_or_later(self.mcpl_version) and mcpl.get("pushEvents"):
                 nursery.start_soon(self._legacy_grace)
         return result
@@ -252,37 +262,3 @@ class Session:
         await trio.sleep(LEGACY_GRANT_GRACE_S)
         if self.grant is features.EMPTY_GRANT:
             self._set_grant(features.legacy_selection({}))
-
-    # -- notices ------------------------------------------------------------
-    async def _deliver_loop(self) -> None:
-        assert self.caller is not None
-        attempt = 0
-        while True:
-            granted = self.grant_changed
-            if not self.grant.can_push:
-                await granted.wait()
-                continue
-            added = self.outbox.changed_event(self.caller.name)
-            pending = self.outbox.pending(self.caller.name)
-            if not pending:
-                self.outbox.flush()
-                await _first_of(added.wait, granted.wait)
-                continue
-            notice = pending[0]
-            verdict = await self._push(notice)
-            if verdict == "done":
-                self.outbox.remove(notice["eventId"])
-                attempt = 0
-            elif verdict in ("wait-grant", "hold"):
-                log.warning("caller %s: notice %s held (%s)", self.caller.name, notice["eventId"], verdict)
-                await self.grant_changed.wait()
-            else:
-                await trio.sleep(backoff_delay(attempt, self.rng))
-                attempt += 1
-
-    async def _push(self, notice: dict[str, Any]) -> str:
-        try:
-            resp = await self.request("push/event", notice, PUSH_TIMEOUT_S)
-        except trio.TooSlowError:
-            return "retry"
-        return classify_answer(resp.result, resp.error)

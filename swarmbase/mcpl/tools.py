@@ -11,6 +11,7 @@ import jsonschema
 from .. import guide
 from ..config import Caller
 from ..runs.model import STATUSES, TERMINAL
+from ..runs.store import DamagedFile
 from ..runs.supervisor import EFFORTS, RunRefused, Supervisor
 from .jsonrpc import INVALID_PARAMS, RpcError
 
@@ -118,7 +119,13 @@ def _run(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
         run = sup.start(caller, a)
     except RunRefused as e:
         raise ToolError(str(e)) from None
-    return {"runId": run.id}
+    return {"runId": run.id, "url": sup.run_url(run.id)}
+
+
+def _row(sup: Supervisor, run: Any) -> dict[str, Any]:
+    """A run's summary with its dashboard link (publicUrl-based when configured) and, while
+    it runs, what its agents hold reserved."""
+    return sup.summary(run)
 
 
 def _get(sup: Supervisor, caller: Caller, run_id: str) -> Any:
@@ -130,11 +137,14 @@ def _get(sup: Supervisor, caller: Caller, run_id: str) -> Any:
 
 def _status(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     run = _get(sup, caller, a["runId"])
-    out = run.summary()
+    out = _row(sup, run)
     out["profile"] = run.profile
     out["model"] = run.model
-    out["phases"] = sup.phases(run)
-    out["log"] = sup.store.recent_log(run, a.get("logLines", 20))
+    try:
+        out["phases"] = sup.phases(run)
+        out["log"] = sup.recent_log(run, a.get("logLines", 20))
+    except DamagedFile as e:
+        raise ToolError(f"run {run.id}: {e}") from None
     return out
 
 
@@ -142,7 +152,10 @@ def _result(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any
     run = _get(sup, caller, a["runId"])
     if run.status not in TERMINAL:
         raise ToolError(f"run {run.id} is still {run.status}; the result is there once it ends")
-    text = sup.store.result_text(run)
+    try:
+        text = sup.store.result_text(run)
+    except DamagedFile as e:
+        raise ToolError(f"run {run.id}: {e}") from None
     if text is None:
         raise ToolError(f"run {run.id} ended {run.status} without a return value"
                         + (f": {run.error}" if run.error else ""))
@@ -166,14 +179,14 @@ def _resume(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any
         run = sup.resume(caller, a["runId"], a)
     except RunRefused as e:
         raise ToolError(str(e)) from None
-    return {"runId": run.id, "resumedFrom": a["runId"]}
+    return {"runId": run.id, "resumedFrom": a["runId"], "url": sup.run_url(run.id)}
 
 
 def _list(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     runs = sup.runs_of(caller.name)
     if a.get("status"):
         runs = [r for r in runs if r.status == a["status"]]
-    return {"runs": [r.summary() for r in runs[: a.get("limit", 20)]]}
+    return {"runs": [_row(sup, r) for r in runs[: a.get("limit", 20)]]}
 
 
 def _guide(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,12 @@
-"""Validating and resolving agent() options against the run and the caller. No I/O but
-realpath for cwd pinning."""
+"""Validating and resolving agent() options against the run and the caller, once: the
+journal key, the record and the launch are all built from the one frozen result, so a
+default can never differ between them. No I/O but realpath for cwd pinning."""
 
 from __future__ import annotations
 
+import fnmatch
+import json
+import math
 import os
 from typing import Any
 
@@ -10,12 +14,17 @@ import attrs
 import jsonschema
 
 from ..config import ENGINES, PROFILES, Caller, Config
+from . import journal
 from .model import Run
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 KNOWN = ("model", "effort", "profile", "schema", "maxUsd", "maxTokens", "cwd", "label", "timeoutMs",
-         "engine", "isolation")
+         "engine", "isolation", "base", "detail", "schemaRetries")
 MAX_PROMPT_CHARS = 2_000_000
+MAX_SCHEMA_BYTES = {"claude": 64 * 1024,      # --json-schema takes inline JSON only: argv limits apply
+                    "codex": 1024 * 1024}     # a file in the agent's private dir
+CLAUDE_CLI_DEFAULT_MODEL = "claude-opus-5-5"  # what `claude -p` uses without --model (notes: 2.1.x)
+REFUSED_CWD_PREFIXES = ("/proc", "/sys", "/dev")
 
 
 class OptionError(ValueError):
@@ -34,6 +43,16 @@ class AgentOptions:
     cwd: str | None            # None: the run's work dir
     label: str
     timeout_ms: int
+    isolation: str | None = None
+    base: str | None = None
+    detail: bool = False
+    schema_retries: int = 1
+
+    def key_material(self, prompt: str, args_digest: str) -> str:
+        """The content key of this call (before its occurrence index)."""
+        extra = {"isolation": self.isolation, "base": self.base} if self.isolation else {}
+        return journal.base_key(engine=self.engine, model=self.model, profile=self.profile, effort=self.effort,
+                                schema=self.schema, cwd=self.cwd, prompt=prompt, args_digest=args_digest, **extra)
 
 
 def _type(name: str, value: Any, kind: type | tuple[type, ...], what: str) -> None:
@@ -41,61 +60,90 @@ def _type(name: str, value: Any, kind: type | tuple[type, ...], what: str) -> No
         raise OptionError(f"agent(): opts.{name} must be {what}, got a boolean")
     if not isinstance(value, kind):
         raise OptionError(f"agent(): opts.{name} must be {what}, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OptionError(f"agent(): opts.{name} must be a finite number")
 
 
 def pinned_cwd(path: str, roots: list[str]) -> str:
     """The realpath of `path` if it lies under one of `roots` (realpaths), else OptionError.
-    Resolving first means a symlink pointing out of a root is refused."""
+    Resolving first means a symlink pointing out of a root is refused; a refusal never says
+    where the path resolves (that would map the host's filesystem for the script)."""
+    if "\x00" in path or any(ord(c) < 32 for c in path) or len(path) > 4096:
+        raise OptionError("agent(): opts.cwd must be a plain absolute path (no control characters, at most 4096)")
     if not os.path.isabs(path):
-        raise OptionError(f"agent(): opts.cwd must be an absolute path, got {path!r}")
+        raise OptionError(f"agent(): opts.cwd must be an absolute path, got {path[:200]!r}")
+    refused = OptionError(f"agent(): opts.cwd {path[:200]!r} is not inside this caller's cwdRoots")
+    if any(path == p or path.startswith(p + "/") for p in REFUSED_CWD_PREFIXES):
+        raise refused
     real = os.path.realpath(path)
     for root in roots:
         if real == root or real.startswith(root.rstrip("/") + "/"):
             if not os.path.isdir(real):
-                raise OptionError(f"agent(): opts.cwd {path!r} is not a directory")
+                raise OptionError(f"agent(): opts.cwd {path[:200]!r} is not a directory")
             return real
-    raise OptionError(f"agent(): opts.cwd {path!r} (resolved to {real}) is outside this caller's cwdRoots")
+    raise refused
+
+
+def model_allowed(model: str, patterns: list[str] | None) -> bool:
+    return patterns is None or any(fnmatch.fnmatchcase(model, p) for p in patterns)
+
+
+def default_model(engine: str, run: Run, caller: Caller, cfg: Config) -> str | None:
+    if engine == "claude":
+        return run.model or caller.defaultModels.claude
+    cx = cfg.engines.codex
+    return caller.defaultModels.codex or (cx.defaultModel if cx else None)
 
 
 def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Config, n: int,
             default_timeout_ms: int) -> AgentOptions:
+    if not isinstance(prompt, str) or not prompt:
+        raise OptionError("agent(): the prompt must be a non-empty string")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise OptionError(f"agent(): the prompt is {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,}")
     unknown = [k for k in opts if k not in KNOWN]
     if unknown:
-        raise OptionError(f"agent(): unknown option {unknown[0]!r} (known: {', '.join(KNOWN)})")
-    if "isolation" in opts:
-        raise OptionError("agent(): isolation: 'worktree' (or any isolation) is not implemented")
+        raise OptionError(f"agent(): unknown option {str(unknown[0])[:100]!r} (known: {', '.join(KNOWN)})")
     engine = opts.get("engine", "claude")
     if engine not in ENGINES:
-        raise OptionError(f"agent(): opts.engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if engine not in caller.engines:
+        raise OptionError(f"agent(): opts.engine must be one of {', '.join(ENGINES)}, got {str(engine)[:100]!r}")
+    if engine not in (caller.engines or []):
         raise OptionError(f"agent(): engine {engine!r} is not allowed for caller {caller.name!r} "
-                          f"(allowed: {', '.join(caller.engines) or 'none'})")
+                          f"(allowed: {', '.join(caller.engines or []) or 'none'})")
     if getattr(cfg.engines, engine) is None:
         raise OptionError(f"agent(): engine {engine!r} is not configured on this daemon")
     model = opts.get("model")
     if model is not None:
         _type("model", model, str, "a string")
-    elif engine == "claude":
-        model = run.model or caller.defaultModels.claude
+        if not model or len(model) > 200:
+            raise OptionError("agent(): opts.model must be 1-200 characters")
     else:
-        model = caller.defaultModels.codex
+        model = default_model(engine, run, caller, cfg)
+    allowed = getattr(caller.models, engine)
+    if not model_allowed(model or CLAUDE_CLI_DEFAULT_MODEL, allowed):
+        raise OptionError(f"agent(): model {(model or CLAUDE_CLI_DEFAULT_MODEL)!r} is not allowed for caller "
+                          f"{caller.name!r} on {engine} (allowed: {', '.join(allowed or [])})")
     effort = opts.get("effort", run.effort)
     if effort is not None and effort not in EFFORTS:
-        raise OptionError(f"agent(): opts.effort must be one of {', '.join(EFFORTS)}, got {effort!r}")
+        raise OptionError(f"agent(): opts.effort must be one of {', '.join(EFFORTS)}, got {str(effort)[:50]!r}")
     profile = opts.get("profile", run.profile)
     if profile not in PROFILES:
-        raise OptionError(f"agent(): opts.profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+        raise OptionError(f"agent(): opts.profile must be one of {', '.join(PROFILES)}, got {str(profile)[:50]!r}")
     if PROFILES.index(profile) > PROFILES.index(caller.maxProfile):
         raise OptionError(f"agent(): profile {profile!r} is above this caller's maxProfile {caller.maxProfile!r}")
     schema = opts.get("schema")
     if schema is not None:
         _type("schema", schema, dict, "a JSON Schema object")
+        size = len(json.dumps(schema))
+        if size > MAX_SCHEMA_BYTES[engine]:
+            raise OptionError(f"agent(): opts.schema is {size:,} bytes; the {engine} engine takes at most "
+                              f"{MAX_SCHEMA_BYTES[engine]:,}")
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as e:
-            raise OptionError(f"agent(): opts.schema is not a valid JSON Schema: {e.message}") from None
+            raise OptionError(f"agent(): opts.schema is not a valid JSON Schema: {e.message[:300]}") from None
+        except RecursionError:
+            raise OptionError("agent(): opts.schema is nested too deeply") from None
     max_usd = opts.get("maxUsd")
     if max_usd is not None:
         _type("maxUsd", max_usd, (int, float), "a number")
@@ -118,6 +166,23 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     _type("timeoutMs", timeout_ms, int, "a whole number of milliseconds")
     if not 1_000 <= timeout_ms <= 24 * 3_600_000:
         raise OptionError(f"agent(): opts.timeoutMs must be between 1000 and 86400000, got {timeout_ms}")
+    isolation = opts.get("isolation")
+    if isolation is not None and isolation != "worktree":
+        raise OptionError(f"agent(): opts.isolation must be 'worktree', got {str(isolation)[:50]!r}")
+    base = opts.get("base")
+    if base is not None:
+        _type("base", base, str, "a string (a commit, branch or tag)")
+        if isolation is None:
+            raise OptionError("agent(): opts.base applies with isolation: 'worktree' only")
+        if not base or len(base) > 200 or base.startswith("-") or any(ord(c) < 33 for c in base):
+            raise OptionError(f"agent(): opts.base {base[:100]!r} is not a valid revision")
+    detail = opts.get("detail", False)
+    _type("detail", detail, bool, "true or false")
+    retries = opts.get("schemaRetries", 1)
+    _type("schemaRetries", retries, int, "a whole number")
+    if not 0 <= retries <= 3:
+        raise OptionError(f"agent(): opts.schemaRetries must be between 0 and 3, got {retries}")
     return AgentOptions(engine=engine, model=model, effort=effort, profile=profile, schema=schema,
                         max_usd=float(max_usd) if max_usd is not None else None, max_tokens=max_tokens,
-                        cwd=cwd, label=label[:200], timeout_ms=timeout_ms)
+                        cwd=cwd, label=label[:200], timeout_ms=timeout_ms, isolation=isolation, base=base,
+                        detail=detail, schema_retries=retries)

@@ -1,36 +1,34 @@
 """agent(): caps, fairness, budget, one CLI process per call, records.
 
 Order of waits, and why: an agent first takes one of its run's slots (perRunConcurrency,
-FIFO), then reserves budget, then takes a daemon-wide slot (maxConcurrentAgents, FIFO).
-A run therefore never has more than perRunConcurrency agents queued for the global
-slots, so one run with hundreds of agents cannot starve another. Both semaphores wake
-waiters in FIFO order (Trio's ParkingLot).
+granted in call order), then reserves budget (first-in first-out; shown as the state
+`waiting-budget` while it waits), then takes a daemon-wide slot (maxConcurrentAgents,
+FIFO). A run therefore never has more than perRunConcurrency agents queued for the global
+slots, so one run with hundreds of agents cannot starve another.
 
-However an agent ends (done, failed, skipped, cancelled, timed out), its process group is
-killed, its reservation settled (a missing cost is estimated from usage and marked so),
-and its record written.
+However an agent ends (done, failed, skipped, cancelled, timed out), its process (and with
+the sandbox, its whole PID namespace) is killed, its reservation settled from what it
+reported or streamed (nothing streamed: $0), and its record written.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
-import shutil
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import trio
+from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
+import trio
 
-from .. import prices
 from ..config import Config
-from ..engines import claude, codex, codex_run
+from ..engines.base import AgentIO, AgentJob, Engine, LiveUsage
 from ..engines.strict_schema import StrictSchemaError, strict
 from ..engines.verdict import Verdict
-from ..engines.process import parse_json_line, run_cli
-from ..prices import Tokens
 from ..runner import AgentCallError
-from . import journal, records
+from . import records
 from .agent_opts import AgentOptions, OptionError, resolve
 from .budget import BudgetSpent
 from .records import AgentRecord, Transcript, redact_value
@@ -38,7 +36,9 @@ from .records import AgentRecord, Transcript, redact_value
 if TYPE_CHECKING:
     from .supervisor import LiveRun, Supervisor
 
-SYSTEM_PROMPT_TOKENS = 10_000   # what a claude -p turn costs before the prompt, for estimates
+log = logging.getLogger("swarmbase.agents")
+
+LIVE_PUBLISH_S = 0.5       # a running agent's usage reaches viewers at most this often
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -49,221 +49,235 @@ def is_cancellation(exc: BaseException) -> bool:
     return False
 
 
+@attrs.frozen
+class Ticket:
+    """What agent_begin decided in call order: the number, the key, the options (or why not)."""
+    n: int
+    key: str | None = None
+    opts: AgentOptions | None = None
+    error: str | None = None
+
+
 class Agents:
-    def __init__(self, cfg: Config, sup: "Supervisor", meter: Any = None) -> None:
+    def __init__(self, cfg: Config, sup: "Supervisor", engines: Mapping[str, Engine], launcher: Any) -> None:
         self.cfg = cfg
         self.sup = sup
-        self.meter = meter          # the codex engine's usage meter, when it runs
+        self.engines = dict(engines)
+        self.launcher = launcher
         self.global_slots = trio.Semaphore(cfg.maxConcurrentAgents)
-        self.homes = cfg.state_dir / "homes"
-        self.procs = cfg.state_dir / "procs"
-        self.homes.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.procs.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.spawned = 0            # processes started since boot (for benches and tests)
 
-    # -- the AgentService interface ---------------------------------------------
-    def begin(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> tuple[int, str]:
-        """In call order: the agent's number and its journal key."""
+    @property
+    def spawned(self) -> int:
+        """Processes started since boot (for benches and tests)."""
+        return int(getattr(self.launcher, "spawned", 0))
+
+    # -- the ScriptHost side -------------------------------------------------------
+    def begin(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Ticket:
+        """In call order: the agent's number, its resolved options and its journal key."""
         live.agent_count += 1
-        return live.agent_count, live.keys.key(self._base_key(live, prompt, opts))
+        n = live.agent_count
+        try:
+            o = resolve(prompt, opts, live.run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs)
+        except OptionError as e:
+            return Ticket(n=n, error=str(e))
+        except (ValueError, TypeError, RecursionError) as e:   # hostile shapes: never take the run down
+            return Ticket(n=n, error=f"agent(): invalid options ({type(e).__name__})")
+        key = live.keys.key(o.key_material(prompt, live.args_digest))
+        if key not in live.replay and n <= self.cfg.maxAgentsPerRun:
+            live.slots.register(n)
+        return Ticket(n=n, key=key, opts=o)
 
-    def _base_key(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> str:
-        run, caller = live.run, live.caller
-        engine = opts.get("engine", "claude")
-        model = opts.get("model")
-        if model is None:
-            model = (run.model or caller.defaultModels.claude) if engine == "claude" else caller.defaultModels.codex
-        return journal.base_key(engine=str(engine), model=model, profile=str(opts.get("profile", run.profile)),
-                                effort=opts.get("effort", run.effort), schema=opts.get("schema"),
-                                cwd=opts.get("cwd"), prompt=prompt, args_digest=journal.args_hash(run.args))
-
-    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
-        run = live.run
-        n, key = ticket if ticket is not None else self.begin(live, prompt, opts)
-        if n > self.cfg.maxAgentsPerRun:
+    async def call(self, live: "LiveRun", prompt: str, opts: dict[str, Any], ticket: Ticket | None = None) -> Any:
+        t = ticket if ticket is not None else self.begin(live, prompt, opts)
+        if t.n > self.cfg.maxAgentsPerRun:
             raise AgentCallError(f"agent(): this run reached its cap of {self.cfg.maxAgentsPerRun} agents "
                                  f"(maxAgentsPerRun)")
-        try:
-            o = resolve(prompt, opts, run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs)
-        except OptionError as e:
-            raise AgentCallError(str(e)) from None
-        cached = live.replay.get(key)
+        if t.error is not None or t.opts is None or t.key is None:
+            raise AgentCallError(t.error or "agent(): invalid call")
+        o = t.opts
+        cached = live.replay.get(t.key)
         if cached is not None:
-            return self._replay(live, n, o, prompt, opts, cached)
-        max_tokens = 0
-        if o.engine == "codex":
-            try:
-                o = attrs.evolve(o, schema=strict(o.schema)) if o.schema is not None else o
-            except StrictSchemaError as e:
-                raise AgentCallError(str(e)) from None
-            cx = self.cfg.engines.codex
-            assert cx is not None
-            max_tokens = min(o.max_tokens or cx.maxTokensDefault, cx.maxTokensMax)
-            if self.meter is None:
-                raise AgentCallError("agent(): the codex engine's meter is not running")
-        rec = AgentRecord(n=n, dir=self.sup.store.dir(run) / "agents" / str(n), label=o.label, engine=o.engine,
-                          model=o.model, profile=o.profile)
-        rec.set_state("queued")
-        records.create(rec.dir, rec, prompt, {**opts, "resolved": {
-            "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile,
-            "cwd": o.cwd, "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd}})
-        live.add_agent(rec)
-        self.sup.agent_changed(live, rec)
-
-        scope = trio.CancelScope()
-        live.agent_scopes[n] = scope
-        reserved = 0.0
-        reserved_tokens = 0
-        verdict: Verdict | None = None
+            return self._replay(live, t.n, o, prompt, opts, cached)
+        if live.replay and live.bridge is not None:
+            # A resumed run: let the runner act on every replayed answer first (a replayed
+            # race winner cancels its losers) before this agent may spawn anything.
+            settle = getattr(live.bridge, "settle", None)
+            if settle is not None:
+                await settle()
+            if t.n in live.stop_reasons:
+                live.slots.withdraw(t.n)
+                return None
         try:
-            with scope:
-                async with live.slots:
-                    cap = o.max_usd if o.max_usd is not None else max(0.50, run.budget_usd / 8)
-                    try:
-                        reserved = await live.usd.reserve(cap)
-                        if o.engine == "codex":
-                            reserved_tokens = int(await live.tokens.reserve(max_tokens))
-                    except BudgetSpent as e:
-                        if reserved:                 # the USD part was held: give it back
-                            live.usd.settle(reserved, 0.0)
-                        self._end(live, rec, "failed", error=str(e))
-                        raise AgentCallError(f"agent(): {e}") from None
-                    async with self.global_slots:
-                        if o.engine == "codex":
-                            verdict = await self._run_codex(live, rec, o, prompt, reserved, reserved_tokens)
-                        else:
-                            verdict = await self._run_claude(live, rec, o, prompt, reserved)
-        except BaseException as exc:
-            # Run cancel or shutdown (Cancelled, often grouped by nurseries) or a daemon
-            # bug: either way the agent is over; charge it and say so, then re-raise.
-            with trio.CancelScope(shield=True):
-                if rec.state not in records.ENDED:
-                    self._settle(live, rec, o, prompt, reserved, verdict, reserved_tokens)
-                    if is_cancellation(exc):
-                        self._end(live, rec, "cancelled", error=f"cancelled with the run ({live.stop_reason or 'cancel'})")
-                    elif isinstance(exc, AgentCallError):
-                        self._end(live, rec, "failed", error=str(exc))
-                    else:
-                        self._end(live, rec, "failed", error=live.redact(f"internal error: {exc!r}"))
+            if o.isolation is not None:
+                raise AgentCallError("agent(): isolation: 'worktree' is not available on this daemon yet")
+            if o.engine == "codex" and o.schema is not None:
+                try:
+                    o = attrs.evolve(o, schema=strict(o.schema))
+                except StrictSchemaError as e:
+                    raise AgentCallError(str(e)) from None
+        except AgentCallError:
+            live.slots.withdraw(t.n)
             raise
-        finally:
-            live.agent_scopes.pop(n, None)
-        if scope.cancelled_caught:
-            self._settle(live, rec, o, prompt, reserved, verdict, reserved_tokens)
-            self._end(live, rec, "skipped", error="skipped by an admin")
-            self._journal(live, key, rec, None)
-            return None
-        self._settle(live, rec, o, prompt, reserved, verdict, reserved_tokens)
-        assert verdict is not None
-        if verdict.ok:
-            value = redact_value(live.redact, verdict.value)
-            self._end(live, rec, "done")
-            self._journal(live, key, rec, value)
-            return value
-        self._end(live, rec, "failed", error=live.redact(verdict.error or "failed"))
-        self._journal(live, key, rec, None)
-        return None
-
-    def _journal(self, live: "LiveRun", key: str, rec: AgentRecord, value: Any) -> None:
-        if live.journal is None:
-            return
-        live.journal.append({"key": key, "n": rec.n, "label": rec.label, "ok": rec.state == "done",
-                             "state": rec.state, "result": value, "engine": rec.engine, "model": rec.model,
-                             "costUsd": round(rec.cost_usd, 6), "estimated": rec.cost_estimated,
-                             "tokens": rec.tokens.to_json()})
-
-    def _replay(self, live: "LiveRun", n: int, o: AgentOptions, prompt: str, opts: dict[str, Any],
-                cached: dict[str, Any]) -> Any:
-        """A journaled success: no process, no spend; recorded and shown as replayed."""
-        rec = AgentRecord(n=n, dir=self.sup.store.dir(live.run) / "agents" / str(n), label=o.label,
-                          engine=o.engine, model=o.model, profile=o.profile, replayed=True)
-        rec.set_state("queued")
-        records.create(rec.dir, rec, prompt, {**opts, "replayedFrom": live.run.resumed_from})
-        live.add_agent(rec)
-        rec.started_at = rec.queued_at
-        rec.set_state("done", replayed=True, originalCostUsd=cached.get("costUsd"))
-        live.run.agents_done += 1
-        self.sup.agent_changed(live, rec)
-        return cached.get("result")
+        return await self._run_agent(live, t, o, prompt, opts)
 
     def skip(self, live: "LiveRun", n: int) -> bool:
         scope = live.agent_scopes.get(n)
         if scope is None:
             return False
+        live.stop_reasons[n] = ("skipped", "skipped by an admin")
         scope.cancel()
         return True
 
-    # -- one process -------------------------------------------------------------
-    async def _run_claude(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str,
-                          reserved: float) -> Verdict:
+    def calls_cancelled(self, live: "LiveRun", tickets: list[Any], reason: str) -> None:
+        """The script no longer wants these calls (a race or waitN was decided)."""
+        for t in tickets:
+            n = getattr(t, "n", None)
+            if n is None:
+                continue
+            live.stop_reasons[n] = ("cancelled", f"cancelled: {reason}")
+            scope = live.agent_scopes.get(n)
+            if scope is not None:
+                scope.cancel()
+            else:
+                live.slots.withdraw(n)
+
+    # -- one agent -------------------------------------------------------------------
+    async def _run_agent(self, live: "LiveRun", t: Ticket, o: AgentOptions, prompt: str, opts: dict[str, Any]) -> Any:
         run = live.run
-        engine = self.cfg.engines.claude
-        assert engine is not None
+        rec = AgentRecord(n=t.n, dir=self.sup.store.dir(run) / "agents" / str(t.n), label=o.label, engine=o.engine,
+                          model=o.model, profile=o.profile, workflow=live.workflow_path)
+        rec.set_state("queued")
+        self.sup.store.create_agent(rec, prompt, {**opts, "resolved": {
+            "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile, "cwd": o.cwd,
+            "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd}})
+        live.add_agent(rec)
+        self.sup.agent_changed(live, rec)
+
+        scope = trio.CancelScope()
+        live.agent_scopes[t.n] = scope
+        reserved, reserved_tokens = 0.0, 0
+        verdict: Verdict | None = None
+        usage = LiveUsage()
+        rec.usage = usage
+        try:
+            with scope:
+                if t.n in live.stop_reasons:          # cancelled before it could start
+                    scope.cancel()
+                await live.slots.acquire(t.n)
+                try:
+                    reserved, reserved_tokens = await self._reserve(live, rec, o)
+                    async with self.global_slots:
+                        verdict = await self._launch(live, rec, o, prompt, reserved, reserved_tokens, usage)
+                finally:
+                    live.slots.release()
+        except BaseException as exc:
+            # Run cancel or shutdown (Cancelled, often grouped by nurseries) or a daemon
+            # bug: either way the agent is over; charge it and say so, then re-raise.
+            with trio.CancelScope(shield=True):
+                if rec.state not in records.ENDED:
+                    self._settle(live, rec, o, reserved, reserved_tokens, verdict, usage)
+                    stop = live.stop_reasons.get(t.n)
+                    if isinstance(exc, AgentCallError):
+                        self._end(live, rec, "failed", error=str(exc))
+                    elif stop is not None and is_cancellation(exc):
+                        self._end(live, rec, stop[0], error=stop[1])
+                    elif is_cancellation(exc):
+                        self._end(live, rec, "cancelled", error=f"cancelled with the run ({live.stop_reason or 'cancel'})")
+                    else:
+                        log.exception("agent %s/%d crashed", run.id, t.n)
+                        self._end(live, rec, "failed", error=self.sup.redact(f"internal error: {exc!r}"))
+                    await self._journal(live, t.key, rec, None)
+            raise
+        finally:
+            live.agent_scopes.pop(t.n, None)
+            live.slots.withdraw(t.n)
+        self._settle(live, rec, o, reserved, reserved_tokens, verdict, usage)
+        if scope.cancelled_caught:
+            state, error = live.stop_reasons.get(t.n, ("skipped", "skipped by an admin"))
+            self._end(live, rec, state, error=error)
+            await self._journal(live, t.key, rec, None)
+            return self._answer(o, rec, None, verdict)
+        assert verdict is not None
+        if verdict.ok:
+            value = redact_value(self.sup.redact, verdict.value)
+            self._end(live, rec, "done")
+            await self._journal(live, t.key, rec, value)
+            return self._answer(o, rec, value, verdict)
+        self._end(live, rec, "failed", error=self.sup.redact(verdict.error or "failed"))
+        await self._journal(live, t.key, rec, None)
+        return self._answer(o, rec, None, verdict)
+
+    async def _reserve(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions) -> tuple[float, int]:
+        run = live.run
+        cap = o.max_usd if o.max_usd is not None else max(0.50, run.budget_usd / 8)
+        reserved, tokens = 0.0, 0
+        try:
+            got = live.usd.try_now(cap)
+            if got is None:
+                rec.set_state("waiting-budget")
+                self.sup.agent_changed(live, rec)
+                got = await live.usd.reserve(cap)
+            reserved = got
+            if o.engine == "codex":
+                cx = self.cfg.engines.codex
+                assert cx is not None
+                tokens = int(await live.tokens.reserve(min(o.max_tokens or cx.maxTokensDefault, cx.maxTokensMax)))
+        except BudgetSpent as e:
+            if reserved:                 # the USD part was held: give it back
+                live.usd.settle(reserved, 0.0)
+            self._end(live, rec, "failed", error=str(e))
+            raise AgentCallError(f"agent(): {e}") from None
+        except BaseException:
+            if reserved:
+                live.usd.settle(reserved, 0.0)
+            raise
+        if rec.state != "queued":
+            rec.set_state("queued")      # budget held; waiting for a daemon-wide slot
+            self.sup.agent_changed(live, rec)
+        return reserved, tokens
+
+    async def _launch(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str, reserved: float,
+                      reserved_tokens: int, usage: LiveUsage) -> Verdict:
+        run = live.run
         api_key = self._read_key(live)
-        live.redact.add(api_key)
         cwd = o.cwd or str(self.sup.store.work_dir(run))
         os.makedirs(cwd, exist_ok=True)
-        home = self.homes / f"{run.id}-{rec.n}"
-        (home / "home").mkdir(parents=True, exist_ok=True, mode=0o700)
-        (home / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
-        secret_files = [p for p in [live.caller.apiKeyFile, str(self.cfg.path)] if p]
-        call = claude.ClaudeCall(bin=engine.bin, cwd=cwd, profile=o.profile, model=o.model, effort=o.effort,
-                                 schema=o.schema, max_usd=reserved, state_dir=str(self.cfg.state_dir),
-                                 user_home=os.path.expanduser("~"), secret_files=secret_files)
-        argv = claude.argv(call)
-        env = claude.environment(bin_path=engine.bin, home=str(home / "home"), tmp=str(home / "tmp"),
-                                 api_key=api_key, base_url=engine.baseUrl, run_id=run.id, n=rec.n,
-                                 label=rec.label, parent_env=os.environ)
-        state = claude.StreamState()
-        transcript = Transcript(rec.dir / "transcript.jsonl", live.redact)
+        rec.cwd = cwd
+        job = AgentJob(run_id=run.id, n=rec.n, label=rec.label, engine=o.engine, model=o.model, effort=o.effort,
+                       profile=o.profile, schema=o.schema, prompt=prompt, cwd=cwd, api_key=api_key,
+                       max_usd=reserved, max_tokens=reserved_tokens, caller_max_profile=live.caller.maxProfile,
+                       timeout_ms=o.timeout_ms,
+                       secret_files=tuple(p for p in [live.caller.apiKeyFile, str(self.cfg.path)] if p))
+        last = [0.0]
 
-        def on_line(line: bytes) -> bool:
-            transcript.append(line)
-            event = parse_json_line(line)
-            state.feed(event)
-            return state.result is not None
+        def usage_changed() -> None:
+            now = time.monotonic()
+            if now - last[0] >= LIVE_PUBLISH_S:
+                last[0] = now
+                self.sup.agent_changed(live, rec, usage_only=True)
 
+        def started(where: Mapping[str, Any]) -> None:
+            rec.node = where.get("node") if isinstance(where.get("node"), str) else None
+
+        publish_line = getattr(self.sup.events, "publish_agent_line", None)
+        transcript = Transcript(rec.dir / "transcript.jsonl", self.sup.redact,
+                                on_entry=(lambda entry: publish_line(run.id, rec.n, entry)) if publish_line else None)
+        io = AgentIO(launcher=self.launcher, transcript=transcript.append, usage=usage,
+                     usage_changed=usage_changed, started=started)
         rec.set_state("running")
         self.sup.agent_changed(live, rec)
-        self.spawned += 1
-        timed_out = False
+        engine = self.engines[o.engine]
         try:
             with trio.move_on_after(o.timeout_ms / 1000) as deadline:
-                res = await run_cli(argv, env=env, cwd=cwd, stdin_path=rec.dir / "prompt.txt",
-                                    record=self.procs / f"{run.id}-{rec.n}.json",
-                                    record_extra={"runId": run.id, "n": rec.n}, on_line=on_line,
-                                    idle_timeout=self.cfg.agentIdleTimeoutMs / 1000)
-            timed_out = deadline.cancelled_caught
+                verdict = await engine.run(job, io)
         finally:
-            rec.stream = state    # for settling after a kill
             transcript.close()
-            shutil.rmtree(home, ignore_errors=True)
-        verdict = claude.judge(state, o.schema)
-        if timed_out:
-            return Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=verdict.cost_usd,
-                                  tokens=verdict.tokens)
-        rec.exit_code = res.exit_code
-        if res.idle_timeout:
-            return Verdict(ok=False, cost_usd=verdict.cost_usd, tokens=verdict.tokens, error=(
-                f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); the agent was killed"))
+        rec.priced = usage.priced
+        if deadline.cancelled_caught:
+            return Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=self._killed_cost(usage),
+                           tokens=usage.tokens, tokens_exact=usage.responses == 0)
+        rec.exit_code = verdict.exit_code
         return verdict
-
-    async def _run_codex(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str,
-                         reserved: float, reserved_tokens: int) -> Verdict:
-        assert self.meter is not None and self.cfg.engines.codex is not None
-        key = self._read_key(live)
-        live.redact.add(key)
-        cwd = o.cwd or str(self.sup.store.work_dir(live.run))
-        os.makedirs(cwd, exist_ok=True)
-        rec.set_state("running")
-        self.sup.agent_changed(live, rec)
-        self.spawned += 1
-        return await codex_run.run(
-            cfg=self.cfg, meter=self.meter, live=live, rec=rec, opts=o, cwd=cwd, gateway_token=key,
-            max_usd=reserved, max_tokens=reserved_tokens,
-            home=codex.codex_homes_dir(self.cfg.state_dir) / f"{live.run.id}-{rec.n}",
-            record=self.procs / f"{live.run.id}-{rec.n}.json", transcript=Transcript(rec.dir / "transcript.jsonl",
-                                                                                     live.redact))
 
     def _read_key(self, live: "LiveRun") -> str:
         path = live.caller.apiKeyFile
@@ -275,49 +289,100 @@ class Agents:
             raise AgentCallError(f"agent(): cannot read the caller's apiKeyFile: {e.strerror}") from None
         if not key:
             raise AgentCallError(f"agent(): the caller's apiKeyFile {path} is empty")
+        self.sup.redact.add(key)          # a rotated key is redacted from then on
         return key
 
-    # -- settling and recording ---------------------------------------------------
-    def _settle(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str, reserved: float,
-                verdict: Verdict | None, reserved_tokens: int = 0) -> None:
+    # -- replay, settling and recording --------------------------------------------------
+    def replay_now(self, live: "LiveRun", prompt: str, opts: dict[str, Any], t: Ticket) -> tuple[bool, Any]:
+        """In call order, for the bridge: a journaled success is answered at once."""
+        if t.error is None and t.opts is not None and t.key is not None and t.n <= self.cfg.maxAgentsPerRun:
+            cached = live.replay.get(t.key)
+            if cached is not None:
+                return True, self._replay(live, t.n, t.opts, prompt, opts, cached)
+        return False, None
+
+    def _replay(self, live: "LiveRun", n: int, o: AgentOptions, prompt: str, opts: dict[str, Any],
+                cached: dict[str, Any]) -> Any:
+        """A journaled success: no process, no spend; recorded and shown as replayed."""
+        rec = AgentRecord(n=n, dir=self.sup.store.dir(live.run) / "agents" / str(n), label=o.label,
+                          engine=o.engine, model=o.model, profile=o.profile, replayed=True,
+                          workflow=live.workflow_path, original_duration_s=cached.get("durationS"))
+        rec.set_state("queued")
+        self.sup.store.create_agent(rec, prompt, {**opts, "replayedFrom": live.run.resumed_from})
+        live.add_agent(rec)
+        rec.started_at = rec.queued_at
+        rec.set_state("done", replayed=True, originalCostUsd=cached.get("costUsd"))
+        live.run.agents_done += 1
+        self.sup.agent_changed(live, rec)
+        value = cached.get("result")
+        if o.detail:
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            return {"ok": True, "value": value, "text": text, "error": None, "schemaError": None,
+                    "costUsd": 0.0, "estimated": False, "tokens": 0, "n": n, "replayed": True}
+        return value
+
+    def _answer(self, o: AgentOptions, rec: AgentRecord, value: Any, verdict: Verdict | None) -> Any:
+        if not o.detail:
+            return value
+        text = verdict.text if verdict is not None else None
+        return {"ok": rec.state == "done", "value": value,
+                "text": self.sup.redact(text) if isinstance(text, str) else None,
+                "error": rec.error, "schemaError": verdict.schema_error if verdict is not None else None,
+                "costUsd": round(rec.cost_usd, 6), "estimated": rec.cost_estimated, "tokens": rec.tokens.total,
+                "n": rec.n, "replayed": False}
+
+    async def _journal(self, live: "LiveRun", key: str | None, rec: AgentRecord, value: Any) -> None:
+        """Shielded: a result the script was about to get is journaled even if the run is
+        being cancelled right now (a resume then replays it)."""
+        if live.journal is None or key is None:
+            return
+        with trio.CancelScope(shield=True):
+            await self._journal_line(live, key, rec, value)
+
+    async def _journal_line(self, live: "LiveRun", key: str, rec: AgentRecord, value: Any) -> None:
+        await self.sup.journal_append(live, {
+            "key": key, "n": rec.n, "label": rec.label, "ok": rec.state == "done", "state": rec.state,
+            "result": value, "engine": rec.engine, "model": rec.model, "costUsd": round(rec.cost_usd, 6),
+            "estimated": rec.cost_estimated, "tokens": rec.tokens.to_json(), "durationS": rec.duration_s,
+            "workflow": rec.workflow})
+
+    @staticmethod
+    def _killed_cost(usage: LiveUsage) -> float:
+        """A killed agent is charged what it streamed; with no response begun, nothing."""
+        return usage.cost_usd if usage.responses else 0.0
+
+    def _settle(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, reserved: float, reserved_tokens: int,
+                verdict: Verdict | None, usage: LiveUsage) -> None:
         if rec.started_at is None:
             if reserved:
                 live.usd.settle(reserved, 0.0)   # never started: nothing used
             if reserved_tokens:
                 live.tokens.settle(reserved_tokens, 0)
             return
-        if o.engine == "codex":
-            if verdict is None:               # killed: what the meter booked
-                verdict = codex_run.metered_verdict(rec.meter, rec.stream)
-            rec.cost_usd = verdict.cost_usd or 0.0
-            rec.cost_estimated = not verdict.tokens_exact
-            rec.tokens = verdict.tokens
-            live.usd.settle(reserved, rec.cost_usd)
-            live.tokens.settle(reserved_tokens, verdict.tokens.total)
-            live.run.spent_usd = live.usd.ledger.spent
-            live.run.spent_estimated = live.run.spent_estimated or rec.cost_estimated
-            return
-        if verdict is None:
-            verdict = claude.judge(rec.stream, o.schema) if rec.stream is not None else Verdict(ok=False)
-        tokens = verdict.tokens
-        cost = verdict.cost_usd
-        estimated = cost is None
-        if cost is None:
-            streamed_model = rec.stream.model if rec.stream is not None else None
-            row = prices.row_for(o.model or streamed_model, self.cfg.prices)
-            if tokens.total == 0:
-                # Nothing streamed: at least the prompt and the system prompt went in.
-                tokens = Tokens(input=len(prompt) // 4 + SYSTEM_PROMPT_TOKENS)
-            cost = prices.cost(tokens, row) if row else 0.0
-        rec.cost_usd = cost
-        rec.cost_estimated = estimated
-        rec.tokens = tokens
+        if verdict is not None:
+            tokens, cost = verdict.tokens, verdict.cost_usd
+            estimated = cost is None or not verdict.tokens_exact
+            if cost is None:
+                cost = self._killed_cost(usage) if tokens.total == 0 else usage.cost_usd
+        else:
+            tokens, cost = usage.tokens, self._killed_cost(usage)
+            estimated = usage.responses > 0 and not usage.exact
+        if not usage.responses and not tokens.total:
+            estimated = False
+        rec.cost_usd, rec.cost_estimated, rec.tokens = cost, estimated, tokens
+        rec.priced = usage.priced
         live.usd.settle(reserved, cost)
+        if o.engine == "codex":
+            live.tokens.settle(reserved_tokens, tokens.total)
         live.run.spent_usd = live.usd.ledger.spent
+        live.run.spent_tokens = int(live.tokens.ledger.spent)
         live.run.spent_estimated = live.run.spent_estimated or estimated
+        self.sup.spend_changed(live)
 
     def _end(self, live: "LiveRun", rec: AgentRecord, state: str, error: str | None = None) -> None:
         rec.error = error
         rec.set_state(state, **({"error": error} if error else {}))
+        rec.usage = None
         live.run.agents_done += 1
         self.sup.agent_changed(live, rec)
+

@@ -7,6 +7,8 @@ back), and fails when nothing can free up.
 
 from __future__ import annotations
 
+from collections import deque
+
 import attrs
 import trio
 
@@ -53,19 +55,44 @@ class Ledger:
 
 
 class BudgetGate:
+    """Reservations wait first-in first-out: while anyone waits, a newcomer queues behind
+    them even if its (smaller) cap would fit, so agents start in the order they asked."""
+
     def __init__(self, ledger: Ledger, what: str = "USD") -> None:
         self.ledger = ledger
         self.what = what
+        self._waiters: deque[trio.Event] = deque()
         self._changed = trio.Event()
 
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def try_now(self, cap: float) -> float | None:
+        """A reservation without waiting, if nobody is queued and it fits."""
+        if self._waiters:
+            return None
+        return self.ledger.try_reserve(cap)
+
     async def reserve(self, cap: float) -> float:
-        while True:
-            got = self.ledger.try_reserve(cap)
-            if got is not None:
-                return got
-            if not self.ledger.can_free_up:
-                raise BudgetSpent(self._spent_message())
-            await self._changed.wait()
+        got = self.try_now(cap)
+        if got is not None:
+            return got
+        turn = trio.Event()
+        self._waiters.append(turn)
+        try:
+            while True:
+                if self._waiters[0] is turn:
+                    got = self.ledger.try_reserve(cap)
+                    if got is not None:
+                        return got
+                    if not self.ledger.can_free_up:
+                        raise BudgetSpent(self._spent_message())
+                changed = self._changed
+                await changed.wait()
+        finally:
+            self._waiters.remove(turn)
+            self._wake()
 
     def _spent_message(self) -> str:
         lg = self.ledger
@@ -74,7 +101,10 @@ class BudgetGate:
                     f"less than ${lg.minimum:.2f} left for another agent")
         return (f"the run's token budget is spent: {lg.spent:,.0f} of {lg.total:,.0f} tokens used")
 
-    def settle(self, reserved: float, used: float) -> None:
-        self.ledger.settle(reserved, used)
+    def _wake(self) -> None:
         ev, self._changed = self._changed, trio.Event()
         ev.set()
+
+    def settle(self, reserved: float, used: float) -> None:
+        self.ledger.settle(reserved, used)
+        self._wake()

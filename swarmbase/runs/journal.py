@@ -43,10 +43,13 @@ def args_hash(args: Any) -> str:
 
 
 def base_key(*, engine: str, model: str | None, profile: str, effort: str | None, schema: Any,
-             cwd: str | None, prompt: str, args_digest: str) -> str:
-    """cwd None means the run's own work/ dir (a fresh one on resume)."""
+             cwd: str | None, prompt: str, args_digest: str, **extra: Any) -> str:
+    """cwd None means the run's own work/ dir (a fresh one on resume). `extra` holds
+    options that exist only on some calls (worktree isolation, a workflow path), so keys
+    of calls without them stay what they were."""
     material = canonical({"engine": engine, "model": model, "profile": profile, "effort": effort,
-                          "schema": schema, "cwd": cwd, "prompt": prompt, "args": args_digest})
+                          "schema": schema, "cwd": cwd, "prompt": prompt, "args": args_digest,
+                          **{k: v for k, v in extra.items() if v is not None}})
     return hashlib.sha256(material.encode()).hexdigest()
 
 

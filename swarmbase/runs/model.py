@@ -8,6 +8,9 @@ from typing import Any, Optional
 
 import attrs
 
+import re
+
+RUN_ID = re.compile(r"^run_[0-9a-f]{12}$")
 ACTIVE = ("queued", "running")
 TERMINAL = ("completed", "failed", "cancelled", "interrupted")
 STATUSES = ACTIVE + TERMINAL
@@ -50,18 +53,27 @@ class Run:
     error_line: Optional[int] = None
     ended_at: Optional[float] = None
     resumed_from: Optional[str] = None
+    resumed_as: Optional[str] = None
+    spent_tokens: int = 0
+    timeout_ms: Optional[int] = None
+    budget_warn_at: Optional[float] = None
+    script_line: Optional[str] = None     # the script's first non-empty line (a label of last resort)
+    chains: Optional[dict[str, Any]] = None
 
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
 
     @property
-    def display_label(self) -> str:
-        if self.label:
-            return self.label
-        if self.meta and isinstance(self.meta.get("name"), str):
+    def script_name(self) -> str | None:
+        """The script's meta.name, else its first non-empty line."""
+        if self.meta and isinstance(self.meta.get("name"), str) and self.meta["name"]:
             return self.meta["name"]
-        return self.id
+        return self.script_line
+
+    @property
+    def display_label(self) -> str:
+        return self.label or self.script_name or self.id
 
     def set_status(self, status: str, at: float, **detail: Any) -> None:
         assert status in STATUSES, status
@@ -80,22 +92,47 @@ class Run:
             "label": self.label, "meta": self.meta, "status": self.status, "history": self.history,
             "args": self.args, "model": self.model, "effort": self.effort, "profile": self.profile,
             "budgetUsd": self.budget_usd, "budgetTokens": self.budget_tokens, "keepWork": self.keep_work,
-            "spentUsd": self.spent_usd, "spentEstimated": self.spent_estimated,
+            "spentUsd": self.spent_usd, "spentEstimated": self.spent_estimated, "spentTokens": self.spent_tokens,
             "agentsTotal": self.agents_total, "agentsDone": self.agents_done,
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
+            "resumedAs": self.resumed_as, "timeoutMs": self.timeout_ms, "budgetWarnAt": self.budget_warn_at,
+            "scriptLine": self.script_line, "chains": self.chains,
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Run":
+        """A run record; raises ValueError (or KeyError/TypeError) for one that is not whole."""
+        def num(key: str, default: float = 0.0) -> float:
+            v = d.get(key, default)
+            if v is None:
+                return default
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v in (float("inf"), float("-inf")):
+                raise ValueError(f"{key} is not a finite number")
+            return float(v)
+
+        if not isinstance(d.get("id"), str) or not RUN_ID.match(d["id"]):
+            raise ValueError("no valid run id")
+        if d.get("status") not in STATUSES:
+            raise ValueError(f"unknown status {str(d.get('status'))[:40]!r}")
+        for key in ("caller", "dirName"):
+            if not isinstance(d.get(key), str):
+                raise ValueError(f"{key} is missing")
+        ended = d.get("endedAt")
         return cls(
-            id=d["id"], caller=d["caller"], dir_name=d["dirName"], created_at=d["createdAt"],
-            ended_at=d.get("endedAt"), label=d.get("label"), meta=d.get("meta"), status=d["status"],
-            history=list(d.get("history") or []), args=d.get("args"), model=d.get("model"),
-            effort=d.get("effort"), profile=d.get("profile", "think"), budget_usd=d.get("budgetUsd", 0.0),
-            budget_tokens=d.get("budgetTokens", 0), keep_work=d.get("keepWork", False),
-            spent_usd=d.get("spentUsd", 0.0), spent_estimated=d.get("spentEstimated", False),
-            agents_total=d.get("agentsTotal", 0), agents_done=d.get("agentsDone", 0),
-            error=d.get("error"), error_line=d.get("errorLine"), resumed_from=d.get("resumedFrom"),
+            id=d["id"], caller=d["caller"], dir_name=d["dirName"], created_at=num("createdAt"),
+            ended_at=num("endedAt") if ended is not None else None, label=_str(d.get("label")),
+            meta=d.get("meta") if isinstance(d.get("meta"), dict) else None, status=d["status"],
+            history=list(d.get("history") or []), args=d.get("args"), model=_str(d.get("model")),
+            effort=_str(d.get("effort")), profile=str(d.get("profile", "think")), budget_usd=num("budgetUsd"),
+            budget_tokens=int(num("budgetTokens")), keep_work=bool(d.get("keepWork", False)),
+            spent_usd=num("spentUsd"), spent_estimated=bool(d.get("spentEstimated", False)),
+            spent_tokens=int(num("spentTokens")),
+            agents_total=int(num("agentsTotal")), agents_done=int(num("agentsDone")),
+            error=_str(d.get("error")), error_line=d.get("errorLine") if isinstance(d.get("errorLine"), int) else None,
+            resumed_from=_str(d.get("resumedFrom")), resumed_as=_str(d.get("resumedAs")),
+            timeout_ms=d.get("timeoutMs") if isinstance(d.get("timeoutMs"), int) else None,
+            budget_warn_at=num("budgetWarnAt") if d.get("budgetWarnAt") is not None else None,
+            script_line=_str(d.get("scriptLine")), chains=d.get("chains") if isinstance(d.get("chains"), dict) else None,
         )
 
     def summary(self) -> dict[str, Any]:
@@ -104,7 +141,21 @@ class Run:
             "runId": self.id, "label": self.display_label, "status": self.status,
             "createdAt": iso(self.created_at), "endedAt": iso(self.ended_at) if self.ended_at else None,
             "budgetUsd": self.budget_usd, "spentUsd": round(self.spent_usd, 6),
-            "spentEstimated": self.spent_estimated,
+            "spentEstimated": self.spent_estimated, "budgetTokens": self.budget_tokens,
+            "spentTokens": self.spent_tokens,
             "agents": {"done": self.agents_done, "total": self.agents_total},
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
+            "resumedAs": self.resumed_as,
         }
+
+
+def _str(v: Any) -> Optional[str]:
+    return v if isinstance(v, str) else None
+
+
+def first_line(script: str, limit: int = 80) -> str | None:
+    for line in script.splitlines():
+        line = line.strip()
+        if line and not line.startswith("//"):
+            return line[:limit]
+    return None

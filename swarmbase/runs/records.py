@@ -4,6 +4,7 @@ state history, cost, tokens, duration, exit code, error."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,11 @@ from .. import fsutil
 from ..prices import Tokens
 from .model import iso
 
-AGENT_STATES = ("queued", "running", "done", "failed", "skipped", "cancelled")
-ENDED = ("done", "failed", "skipped", "cancelled")
+AGENT_STATES = ("queued", "waiting-budget", "waiting-node", "running", "done", "failed", "skipped", "cancelled",
+                "interrupted")
+WAITING = ("queued", "waiting-budget", "waiting-node")
+ENDED = ("done", "failed", "skipped", "cancelled", "interrupted")
+ERROR_SHORT = 300
 
 
 class Redactor:
@@ -27,6 +31,10 @@ class Redactor:
     def add(self, secret: str | None) -> None:
         if secret and len(secret) >= 6 and secret not in self.secrets:
             self.secrets = sorted([*self.secrets, secret], key=len, reverse=True)
+
+    def discard(self, secret: str | None) -> None:
+        if secret in self.secrets:
+            self.secrets = [s for s in self.secrets if s != secret]
 
     def __call__(self, text: str) -> str:
         for s in self.secrets:
@@ -61,9 +69,14 @@ class AgentRecord:
     error: str | None = None
     replayed: bool = False
     phase: str | None = None
+    workflow: str = ""
+    priced: bool = True
+    node: str | None = None
+    branch: dict[str, Any] | None = None
+    original_duration_s: float | None = None
+    cwd: str | None = None
     queued_at: float = attrs.Factory(time.time)
-    stream: Any = attrs.field(default=None, repr=False)   # the engine's stream state, for settling a kill
-    meter: Any = attrs.field(default=None, repr=False)    # a codex agent's meter entry
+    usage: Any = attrs.field(default=None, repr=False)    # LiveUsage while running
 
     def set_state(self, state: str, **detail: Any) -> None:
         assert state in AGENT_STATES, state
@@ -82,15 +95,37 @@ class AgentRecord:
         return round((self.ended_at or time.time()) - self.started_at, 3)
 
     def row(self) -> dict[str, Any]:
-        """The agent's line in status / phases.json / the dashboard."""
-        return {"n": self.n, "label": self.label, "engine": self.engine, "model": self.model, "state": self.state,
-                "costUsd": round(self.cost_usd, 6), "estimated": self.cost_estimated, "tokens": self.tokens.total,
-                "durationS": self.duration_s, "replayed": self.replayed,
-                "queuedAt": self.queued_at, "startedAt": self.started_at, "endedAt": self.ended_at}
+        """The agent's line in status / phases.json / the dashboard. While it runs, cost and
+        tokens are the live (estimated) figures."""
+        cost, tokens, estimated = self.cost_usd, self.tokens.total, self.cost_estimated
+        if self.state == "running" and self.usage is not None:
+            cost, tokens, estimated = self.usage.cost_usd, self.usage.tokens.total, True
+        return {"n": self.n, "label": self.label, "engine": self.engine, "model": self.model,
+                "profile": self.profile, "state": self.state, "costUsd": round(cost, 6), "estimated": estimated,
+                "priced": self.priced, "tokens": tokens, "durationS": self.duration_s, "replayed": self.replayed,
+                "queuedAt": self.queued_at, "startedAt": self.started_at, "endedAt": self.ended_at,
+                "error": (self.error or "")[:ERROR_SHORT] or None, "phase": self.phase, "workflow": self.workflow,
+                "originalDurationS": self.original_duration_s, "node": self.node,
+                "branch": self.branch.get("branch") if self.branch else None}
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.row(), "profile": self.profile, "history": self.history, "tokens": self.tokens.to_json(),
-                "exitCode": self.exit_code, "error": self.error}
+        return {**self.row(), "history": self.history, "tokens": self.tokens.to_json(),
+                "exitCode": self.exit_code, "error": self.error, "cwd": self.cwd, "worktree": self.branch}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], dir: Path) -> "AgentRecord":
+        t = d.get("tokens") if isinstance(d.get("tokens"), dict) else {}
+        return cls(n=int(d["n"]), dir=dir, label=str(d.get("label", "")), engine=str(d.get("engine", "claude")),
+                   model=d.get("model"), profile=str(d.get("profile", "read")), state=str(d.get("state", "queued")),
+                   history=list(d.get("history") or []), cost_usd=float(d.get("costUsd") or 0.0),
+                   cost_estimated=bool(d.get("estimated")),
+                   tokens=Tokens(input=int(t.get("input", 0)), output=int(t.get("output", 0)),
+                                 cache_read=int(t.get("cacheRead", 0)), cache_write=int(t.get("cacheWrite", 0))),
+                   started_at=d.get("startedAt"), ended_at=d.get("endedAt"), exit_code=d.get("exitCode"),
+                   error=d.get("error"), replayed=bool(d.get("replayed")), phase=d.get("phase"),
+                   workflow=str(d.get("workflow") or ""), priced=d.get("priced", True) is not False,
+                   node=d.get("node"), branch=d.get("worktree"), original_duration_s=d.get("originalDurationS"),
+                   cwd=d.get("cwd"), queued_at=d.get("queuedAt") or 0.0)
 
 
 def create(agents_dir: Path, rec: AgentRecord, prompt: str, opts: dict[str, Any]) -> None:
@@ -108,11 +143,14 @@ def save(rec: AgentRecord, durable: bool = False) -> None:
 
 class Transcript:
     """The agent's stream, line by line, redacted. Appended without a per-line fsync (a
-    chatty agent would pay one per event) and fsync'd once when the agent ends."""
+    chatty agent would pay one per event) and fsync'd once when the agent ends. Each
+    entry also goes to `on_entry` (the live agent page)."""
 
-    def __init__(self, path: Path, redact: Redactor) -> None:
+    def __init__(self, path: Path, redact: Redactor, on_entry: Any = None) -> None:
         self.path = path
         self.redact = redact
+        self.on_entry = on_entry
+        self._fd: int | None = None
 
     def append(self, line: bytes) -> None:
         text = self.redact(line.decode("utf-8", "replace"))
@@ -120,7 +158,16 @@ class Transcript:
             value = json.loads(text)
         except ValueError:
             value = {"type": "raw", "text": text[:10_000]}
-        fsutil.append_line(self.path, value, durable=False)
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fsutil.write_all(self._fd, json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+        if self.on_entry is not None:
+            self.on_entry(value)
 
     def close(self) -> None:
-        fsutil.fsync_file(self.path)
+        if self._fd is not None:
+            try:
+                os.fsync(self._fd)
+            finally:
+                os.close(self._fd)
+                self._fd = None

@@ -1,41 +1,45 @@
 """The supervisor: starts, tracks, cancels and finishes runs.
 
 Every run is a task in the supervisor's nursery under its own cancel scope; cancelling
-the scope reaches the script runner's process group (and, through the engines, every
-agent group). A run's end is always recorded the same way: status, result, work dir,
-then a notice into the durable outbox.
+the scope reaches the script runner's process (and, through the engines, every agent's).
+A run's end is always recorded the same way: status, result, work dir, then a notice into
+the durable outbox — and recording it never raises: a full disk fails that run (kept in
+memory and saved again when space returns), never the daemon.
+
+Writes while a run is in flight (phases.json, run.json, agent records, log lines) are
+batched on a short flush and done in a worker thread, so neither a chatty script nor a
+burst of agents stalls the event loop; agent ends and the journal flush at once.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from typing import Any, Protocol
 
 import attrs
 import trio
 
-from .. import notices
+from .. import fsutil, notices
 from ..config import PROFILES, Caller, Config
-from ..engines.codex import codex_homes_dir
-from ..engines.process import reap_recorded_groups
 from ..events import EventHub
 from ..outbox import Outbox
-from ..runner import RunnerLimits, run_script
+from ..runner import RunnerLimits
+from . import boot, flush
 from . import journal as journal_mod
-from . import records
 from .agent_opts import EFFORTS  # noqa: F401  (re-exported for the tool schemas)
 from .budget import BudgetGate, Ledger
 from .journal import Journal, KeyCounter
-from .model import Run, iso, new_run_id
-from .records import AgentRecord, Redactor, redact_value
-from .store import RunStore
+from .model import Run, first_line, iso, new_run_id
+from .records import ENDED, AgentRecord, Redactor, redact_value
+from .script_host import ScriptHost, run_live_script
+from .slots import OrderedSlots
+from .store import DamagedFile, RunStore
 
 log = logging.getLogger("swarmbase.supervisor")
 
-FLUSH_INTERVAL_S = 0.25
 TOKEN_MINIMUM = 1_000     # a codex agent that cannot reserve this many tokens waits or fails
+RESAVE_INTERVAL_S = 5.0
 
 
 class RunRefused(Exception):
@@ -51,28 +55,35 @@ class LiveRun:
     """In-memory state of a run while it is in flight."""
     run: Run
     caller: Caller
+    slots: OrderedSlots
     scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
-    stop_reason: str | None = None          # 'cancel' or 'shutdown'
+    stop_reason: str | None = None          # 'cancel', 'shutdown', 'timeout', 'limit'
+    stop_detail: str | None = None
     cancelled_by: str = "the caller"
     phases: list[dict[str, Any]] = attrs.Factory(list)
     finished: trio.Event = attrs.Factory(trio.Event)
     usd: BudgetGate = attrs.field(default=None)
-    slots: trio.Semaphore = attrs.field(default=None)
     agent_count: int = 0
     agents: dict[int, AgentRecord] = attrs.Factory(dict)
     agent_scopes: dict[int, trio.CancelScope] = attrs.Factory(dict)
-    redact: Redactor = attrs.Factory(Redactor)
-    dirty: bool = False
+    stop_reasons: dict[int, tuple[str, str]] = attrs.Factory(dict)
     journal: Journal | None = None
+    journal_lock: trio.Lock = attrs.Factory(trio.Lock)
     replay: dict[str, dict[str, Any]] = attrs.Factory(dict)    # key -> old journal entry
     keys: KeyCounter = attrs.Factory(KeyCounter)
     tokens: BudgetGate = attrs.field(default=None)     # the codex token budget
+    workflow_path: str = ""
+    args_digest: str = ""
+    writes: flush.Pending = attrs.Factory(flush.Pending)
+    log_bytes: int = 0
+    bridge: Any = None
 
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
             self.usd = BudgetGate(Ledger(total=self.run.budget_usd, spent=self.run.spent_usd))
         if self.tokens is None:
             self.tokens = BudgetGate(Ledger(total=float(self.run.budget_tokens), minimum=TOKEN_MINIMUM), what="tokens")
+        self.args_digest = journal_mod.args_hash(self.run.args)
 
     def add_agent(self, rec: AgentRecord) -> None:
         """Count an agent in the run and file it under the current phase."""
@@ -88,98 +99,64 @@ class LiveRun:
     def phase_for_agents(self) -> dict[str, Any]:
         """The current phase; agents started before any phase() go to an implicit 'main'."""
         if not self.phases:
-            self.phases.append({"title": "main", "agents": []})
+            self.phases.append({"title": "main", "workflow": self.workflow_path, "agents": []})
         return self.phases[-1]
 
     def phases_view(self) -> list[dict[str, Any]]:
-        return [{"title": p["title"], "agents": [self.agents[n].row() for n in p["agents"] if n in self.agents]}
+        return [{"title": p["title"], "workflow": p.get("workflow", ""),
+                 "agents": [self.agents[n].row() for n in p["agents"] if n in self.agents]}
                 for p in self.phases]
 
-
-class _Host:
-    """The ScriptHost for one run: what the script's hooks do on the daemon side."""
-
-    def __init__(self, sup: "Supervisor", live: LiveRun) -> None:
-        self.sup = sup
-        self.live = live
-
-    def agent_begin(self, prompt: str, opts: dict[str, Any]) -> Any:
-        begin = getattr(self.sup.agents, "begin", None)
-        return begin(self.live, prompt, opts) if begin else None
-
-    async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
-        return await self.sup.agents.call(self.live, prompt, opts, ticket)
-
-    def phase(self, title: str) -> None:
-        self.live.phases.append({"title": title, "agents": []})
-        self.sup.store.save_phases(self.live.run, self.live.phases_view())
-        self.sup.events.publish(self.live.run.id, "phase", {"title": title})
-        self.sup.record_log(self.live.run, f"phase: {title}")
-
-    def log(self, message: str) -> None:
-        self.sup.record_log(self.live.run, self.live.redact(message))
-
-    def meta(self, meta: Any) -> None:
-        if isinstance(meta, dict):
-            clean = {k: str(v)[:500] for k, v in meta.items() if k in ("name", "description") and v is not None}
-            self.live.run.meta = clean
-            self.sup.store.save(self.live.run)
-            self.sup.changed(self.live.run)
-
-    def budget_view(self) -> dict[str, Any]:
-        return self.live.budget_view()
+    @property
+    def running(self) -> int:
+        return sum(1 for a in self.agents.values() if a.state == "running")
 
 
 class Supervisor:
-    def __init__(self, cfg: Config, store: RunStore, outbox: Outbox,
-                 agents: AgentService | None = None, limits: RunnerLimits | None = None,
-                 runner_argv: list[str] | None = None, meter: Any = None) -> None:
+    def __init__(self, cfg: Config, store: RunStore, outbox: Outbox, agents: AgentService | None = None,
+                 limits: RunnerLimits | None = None, runner_argv: list[str] | None = None,
+                 launcher: Any = None, engines: dict[str, Any] | None = None) -> None:
         self.cfg = cfg
         self.store = store
         self.outbox = outbox
         (cfg.state_dir / "procs").mkdir(parents=True, exist_ok=True, mode=0o700)
+        cfg.homes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        cfg.homes_dir.chmod(0o700)
+        self.launcher = launcher
         if agents is None:
             from .agents import Agents
-            agents = Agents(cfg, self, meter)
+            agents = Agents(cfg, self, engines or {}, launcher)
         self.agents = agents
-        self.limits = limits or RunnerLimits(slice_ms=cfg.scriptSliceMs)
+        self.limits = limits or RunnerLimits(slice_ms=cfg.scriptSliceMs, memory_mb=cfg.runnerMemoryMb,
+                                             cpu_seconds=cfg.runnerCpuSeconds)
         self.runner_argv = runner_argv
         self.runs: dict[str, Run] = {}
         self.live: dict[str, LiveRun] = {}
         self.accepting = True
+        # Links handed to callers: publicUrl when configured; the daemon replaces the
+        # default with its bound loopback URL once it listens.
+        self.public_base: str = cfg.publicUrl or f"http://127.0.0.1:{cfg.port}"
         self.events = EventHub()
+        self.redact = Redactor()
+        self.damaged: list[dict[str, Any]] = []
+        self.observers: list[Any] = []
+        self.public_base = cfg.publicUrl.rstrip("/") if cfg.publicUrl else f"http://127.0.0.1:{cfg.port}"
+        self.unsaved: dict[str, Run] = {}      # ended runs whose record could not be written yet
         self._nursery: trio.Nursery | None = None
 
     # -- boot -------------------------------------------------------------
     def recover(self) -> list[Run]:
-        """Load every run; runs left in flight by a dead daemon become interrupted (and
-        their callers get a notice); ended runs' work dirs are swept unless kept."""
-        reaped = reap_recorded_groups(self.cfg.state_dir / "procs")
-        if reaped:
-            log.warning("reaped %d agent process groups left by an unclean stop", len(reaped))
-        # Throwaway agent homes (and codex CODEX_HOMEs) of runs that did not end cleanly.
-        shutil.rmtree(self.cfg.state_dir / "homes", ignore_errors=True)
-        shutil.rmtree(codex_homes_dir(self.cfg.state_dir), ignore_errors=True)
-        interrupted = []
-        for run in self.store.load_all():
-            self.runs[run.id] = run
-            if run.active:
-                run.set_status("interrupted", time.time(), reason="the daemon stopped while the run was in flight")
-                run.error = "interrupted: the daemon stopped while the run was in flight"
-                self.store.save(run)
-                self.outbox.add(run.caller, notices.build(run, None))
-                interrupted.append(run)
-            if not self._keeps_work(run):
-                self.store.delete_work(run)
-        return interrupted
+        """Load every run (quarantining what cannot be read); runs left in flight by a dead
+        daemon become interrupted; ended runs' work dirs are swept unless kept."""
+        return boot.recover(self)
 
-    def _keeps_work(self, run: Run) -> bool:
+    def keeps_work(self, run: Run) -> bool:
         return run.keep_work or not self.cfg.deleteWorkOnEnd
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED,
-                    resume: list[Run] | None = None) -> None:
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED, resume: list[Run] | None = None) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self._resave_loop)
             for run in resume or []:
                 self._resume_on_boot(run)
             task_status.started()
@@ -195,10 +172,24 @@ class Supervisor:
         except RunRefused as e:
             log.warning("not resuming %s: %s", run.id, e)
             return
-        self.record_log(run, f"resumed on boot as {new.id}")
         log.info("resumed interrupted run %s as %s", run.id, new.id)
 
+    async def _resave_loop(self) -> None:
+        """Ended runs whose record hit a full disk are saved again once space returns."""
+        while True:
+            await trio.sleep(RESAVE_INTERVAL_S)
+            for run_id, run in list(self.unsaved.items()):
+                try:
+                    await trio.to_thread.run_sync(self.store.save, run)
+                except OSError:
+                    continue
+                del self.unsaved[run_id]
+                log.info("run %s: its record was saved after an earlier disk fault", run_id)
+
     # -- queries ----------------------------------------------------------
+    def run_url(self, run_id: str) -> str:
+        return f"{self.public_base.rstrip('/')}/runs/{run_id}"
+
     def runs_of(self, caller: str) -> list[Run]:
         return sorted((r for r in self.runs.values() if r.caller == caller),
                       key=lambda r: r.created_at, reverse=True)
@@ -211,41 +202,89 @@ class Supervisor:
         return run
 
     def phases(self, run: Run) -> list[dict[str, Any]]:
+        """Raises DamagedFile for an ended run whose phases.json cannot be read."""
         live = self.live.get(run.id)
         return live.phases_view() if live else self.store.phases(run)
 
-    def agent_changed(self, live: LiveRun, rec: AgentRecord) -> None:
-        """An agent's state moved: its record now if it ended, run.json and phases.json
-        on the run's next flush (they are rewritten whole; per change would be O(n²))."""
-        if rec.state in records.ENDED or rec.state == "queued":
-            # A replayed agent's truth is the journal line it came from: no fsync for it.
-            records.save(rec, durable=rec.state in records.ENDED and not rec.replayed)
-        live.dirty = True
-        self.events.publish(live.run.id, "agent", {**rec.row(), "phase": rec.phase})
-        self.changed(live.run)
+    def recent_log(self, run: Run, n: int = 20) -> list[dict[str, Any]]:
+        lines = self.store.recent_log(run, n)
+        live = self.live.get(run.id)
+        if live is not None and live.writes.log:
+            lines = (lines + list(live.writes.log))[-n:]
+        return lines
 
-    def _flush(self, live: LiveRun) -> None:
-        if live.dirty:
-            live.dirty = False
-            self.store.save_phases(live.run, live.phases_view())
-            self.store.save(live.run)
+    def budget(self, run: Run) -> dict[str, Any]:
+        live = self.live.get(run.id)
+        if live is not None:
+            return live.budget_view()
+        return {"total": run.budget_usd, "spent": round(run.spent_usd, 6), "reserved": 0.0,
+                "tokens": {"total": run.budget_tokens, "spent": run.spent_tokens, "reserved": 0}}
 
-    async def _flush_loop(self, live: LiveRun) -> None:
-        while True:
-            await trio.sleep(FLUSH_INTERVAL_S)
-            self._flush(live)
+    def summary(self, run: Run) -> dict[str, Any]:
+        out = run.summary()
+        live = self.live.get(run.id)
+        if live is not None:
+            out["reservedUsd"] = round(live.usd.ledger.reserved, 6)
+            out["reservedTokens"] = int(live.tokens.ledger.reserved)
+            out["agents"]["running"] = live.running
+        else:
+            out["reservedUsd"], out["reservedTokens"] = 0.0, 0
+            out["agents"]["running"] = 0
+        out["url"] = self.run_url(run.id)
+        return out
 
     # -- changes ------------------------------------------------------------
+    def _notify(self, method: str, *args: Any) -> None:
+        for obs in self.observers:
+            try:
+                getattr(obs, method, lambda *a: None)(*args)
+            except Exception:  # observers (telemetry) never affect runs
+                log.exception("observer %r failed in %s", obs, method)
+
+    def agent_changed(self, live: LiveRun, rec: AgentRecord, usage_only: bool = False) -> None:
+        """An agent's state (or live usage) moved: viewers now; its record and phases.json
+        on the run's flush (at once when it ended)."""
+        self.events.publish(live.run.id, "agent", {**rec.row(), "phase": rec.phase})
+        if usage_only:
+            return
+        live.writes.agent(rec)
+        if rec.state in ENDED:
+            live.writes.urgent.set()
+            self._notify("agent_ended", live.run, rec)
+        elif rec.state == "running":
+            self._notify("agent_started", live.run, rec)
+        self.changed(live.run)
+
+    def spend_changed(self, live: LiveRun) -> None:
+        live.writes.run_dirty = True
+
     def changed(self, run: Run) -> None:
-        row = {**run.summary(), "caller": run.caller, "createdAtEpoch": run.created_at, "endedAtEpoch": run.ended_at,
-               "resumedFrom": run.resumed_from}
+        row = {**self.summary(run), "caller": run.caller, "createdAtEpoch": run.created_at,
+               "endedAtEpoch": run.ended_at}
         self.events.publish(run.id, "run", row)
         self.events.publish_list(row)
+        live = self.live.get(run.id)
+        if live is not None:
+            live.writes.run_dirty = True
 
     def record_log(self, run: Run, message: str, level: str = "info") -> None:
-        entry = self.store.append_log(run, message, level)
+        """A log line: to viewers now, to log.jsonl on the flush (or at once for an ended run)."""
+        entry = self.store.log_entry(self.redact(message), level)
+        live = self.live.get(run.id)
+        if live is not None:
+            live.writes.log.append(entry)
+        else:
+            try:
+                self.store.append_log_lines(run, [entry])
+            except OSError as e:
+                log.error("run %s: could not write a log line: %s", run.id, e)
         self.events.publish(run.id, "log", entry)
-        self.changed(run)
+
+    async def journal_append(self, live: LiveRun, entry: dict[str, Any]) -> None:
+        """A finished agent's journal line, fsync'd off the event loop before agent() answers."""
+        assert live.journal is not None
+        async with live.journal_lock:
+            await trio.to_thread.run_sync(live.journal.append, entry)
 
     # -- start ------------------------------------------------------------
     def start(self, caller: Caller, params: dict[str, Any], carried: journal_mod.Loaded | None = None) -> Run:
@@ -261,6 +300,15 @@ class Supervisor:
         budget_tokens = int(params.get("budgetTokens", caller.runTokensDefault))
         if budget_tokens > caller.runTokensMax:
             raise RunRefused(f"budgetTokens {budget_tokens} is above this caller's runTokensMax {caller.runTokensMax}")
+        timeout_ms = int(params.get("timeoutMs", min(self.cfg.runTimeoutMs, caller.runTimeoutMaxMs)))
+        if timeout_ms > caller.runTimeoutMaxMs:
+            raise RunRefused(f"timeoutMs {timeout_ms} is above this caller's runTimeoutMaxMs {caller.runTimeoutMaxMs}")
+        model = params.get("model")
+        if model is not None:
+            from .agent_opts import model_allowed
+            if not model_allowed(model, caller.models.claude):
+                raise RunRefused(f"model {model!r} is not allowed for this caller "
+                                 f"(allowed: {', '.join(caller.models.claude or [])})")
         active = [r for r in self.runs.values() if r.caller == caller.name and r.active]
         if len(active) >= caller.maxActiveRuns:
             raise RunRefused(f"this caller already has {len(active)} active runs (maxActiveRuns is "
@@ -268,79 +316,122 @@ class Supervisor:
         now = time.time()
         run_id = new_run_id()
         run = Run(id=run_id, caller=caller.name, dir_name=RunStore.dir_name_for(run_id, now), created_at=now,
-                  label=params.get("label"), args=params.get("args"), model=params.get("model"),
+                  label=params.get("label"), args=params.get("args"), model=model,
                   effort=params.get("effort"), profile=profile, budget_usd=budget_usd,
                   budget_tokens=budget_tokens, keep_work=bool(params.get("keepWork", False)),
-                  resumed_from=params.get("resumedFrom"))
+                  resumed_from=params.get("resumedFrom"), timeout_ms=timeout_ms,
+                  budget_warn_at=float(params.get("budgetWarnAt", caller.budgetWarnAt)),
+                  script_line=first_line(params["script"]))
         run.history.append({"status": "queued", "at": iso(now)})
-        self.store.create(run, params["script"])
-        self.runs[run.id] = run
-        live = LiveRun(run=run, caller=caller, slots=trio.Semaphore(self.cfg.perRunConcurrency))
-        carry = list({e["key"]: e for e in carried.lines if e.get("ok")}.values()) if carried else []
-        live.journal = Journal(self.store.dir(run) / "journal.jsonl", run.id, journal_mod.args_hash(run.args), carry)
+        try:
+            self.store.create(run, params["script"])
+            live = LiveRun(run=run, caller=caller, slots=OrderedSlots(self.cfg.perRunConcurrency))
+            carry = list({e["key"]: e for e in carried.lines if e.get("ok")}.values()) if carried else []
+            live.journal = Journal(self.store.dir(run) / "journal.jsonl", run.id, live.args_digest, carry)
+        except OSError as e:
+            fault = fsutil.disk_fault(e)
+            if fault is not None:
+                raise RunRefused(f"cannot start the run: {fsutil.describe_disk_fault(fault, self.cfg.state_dir)}") from None
+            raise
         live.replay = dict(carried.entries) if carried else {}
+        self.runs[run.id] = run
+        self.live[run.id] = live
         if carried and carried.torn:
             self.record_log(run, f"resume: {carried.torn} torn journal line(s) of {run.resumed_from} skipped", "warning")
-        self.live[run.id] = live
         self._nursery.start_soon(self._run, live)
         self.changed(run)
+        self._notify("run_started", run)
         return run
 
     async def _run(self, live: LiveRun) -> None:
         run = live.run
         outcome = None
+        error: str | None = None
         try:
             with live.scope:
                 run.set_status("running", time.time())
-                self.store.save(run)
                 self.changed(run)
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._flush_loop, live)
-                    outcome = await run_script(self.store.script(run), run.args, _Host(self, live),
-                                               self.limits, self.runner_argv,
-                                               record=self.cfg.state_dir / "procs" / f"{run.id}-runner.json")
+                    nursery.start_soon(flush.loop, self, live)
+                    with trio.move_on_after((run.timeout_ms or self.cfg.runTimeoutMs) / 1000) as deadline:
+                        outcome = await run_live_script(self, live, ScriptHost(self, live))
+                    if deadline.cancelled_caught:
+                        live.stop_reason = live.stop_reason or "timeout"
                     nursery.cancel_scope.cancel()
-        except Exception as e:  # a daemon bug must still end the run visibly
-            log.exception("run %s crashed", run.id)
+        except Exception as e:  # a full disk, or a daemon bug: the run ends visibly either way
             outcome = None
+            fault = fsutil.disk_fault(e)
+            if fault is not None:
+                error = fsutil.describe_disk_fault(fault, self.cfg.state_dir)
+                log.error("run %s failed: %s", run.id, error)
+            else:
+                log.exception("run %s crashed", run.id)
+                error = self.redact(f"internal error: {type(e).__name__}")
             live.stop_reason = live.stop_reason or "crash"
-            run.error = live.redact(f"internal error: {e!r}")
         finally:
             with trio.CancelScope(shield=True):
-                self._finish(live, outcome)
+                await self._finish(live, outcome, error)
 
-    def _finish(self, live: LiveRun, outcome: Any) -> None:
+    async def _finish(self, live: LiveRun, outcome: Any, error: str | None) -> None:
+        """Record the run's end. Never raises: whatever cannot be written stays in memory
+        (and is saved again later); the notice is queued either way."""
         run = live.run
         now = time.time()
         run.spent_usd = live.usd.ledger.spent
-        self.store.save_phases(run, live.phases_view())
+        run.spent_tokens = int(live.tokens.ledger.spent)
         preview = None
-        if live.stop_reason == "cancel":
+        reason = live.stop_reason
+        if reason == "cancel":
             run.error = "cancelled by " + live.cancelled_by
             run.set_status("cancelled", now)
-        elif live.stop_reason == "shutdown":
+        elif reason == "shutdown":
             run.error = "interrupted: the daemon was stopped while the run was in flight"
             run.set_status("interrupted", now, reason="daemon shutdown")
+        elif reason == "timeout":
+            run.error = f"the run exceeded its time limit of {run.timeout_ms} ms (timeoutMs / runTimeoutMs)"
+            run.set_status("failed", now)
+        elif reason == "limit":
+            run.error = live.stop_detail or "the run exceeded a limit"
+            run.set_status("failed", now)
+        elif error is not None:
+            run.error = error
+            run.set_status("failed", now)
         elif outcome is not None and outcome.ok:
-            self.store.save_result(run, redact_value(live.redact, outcome.value))
-            preview = self.store.result_text(run)
-            run.set_status("completed", now)
+            value = redact_value(self.redact, outcome.value)
+            try:
+                await trio.to_thread.run_sync(self.store.save_result, run, value)
+                preview = self.store.result_text(run)
+                run.set_status("completed", now)
+            except OSError as e:
+                fault = fsutil.disk_fault(e) or e
+                run.error = "the result could not be saved: " + fsutil.describe_disk_fault(fault, self.cfg.state_dir)
+                run.set_status("failed", now)
         else:
             if outcome is not None:
-                run.error = live.redact(outcome.error or "")
+                run.error = self.redact(outcome.error or "")
                 run.error_line = outcome.line
             run.set_status("failed", now)
-        self.store.save(run)
         if run.error and run.status != "completed":
-            self.store.append_log(run, f"run {run.status}: {run.error}", "error")
-        if not self._keeps_work(run):
+            live.writes.log.append(self.store.log_entry(f"run {run.status}: {run.error}", "error"))
+        # The notice is queued (durably) first and held until the final record is written:
+        # a crash in between leaves the notice, from which the next boot completes the record
+        # (boot.py); the other order could lose the notice for good.
+        notice = notices.build(run, preview, url=self.run_url(run.id))
+        self.outbox.add(run.caller, notice, hold=True)
+        try:
+            await flush.write(self, live, final=True)
+        except OSError as e:
+            log.error("run %s: its end could not be written (%s); kept in memory, retried", run.id, e)
+            self.unsaved[run.id] = run
+        self.outbox.release(notice["eventId"])
+        if not self.keeps_work(run):
             self.store.delete_work(run)
-        self.outbox.add(run.caller, notices.build(run, preview))
         if preview is not None:
             self.events.publish(run.id, "result", {"text": preview[:100_000]})
         self.live.pop(run.id, None)
         live.finished.set()
         self.changed(run)
+        self._notify("run_ended", run)
 
     def resume(self, caller: Caller, run_id: str, params: dict[str, Any]) -> Run:
         """A new run of the same script; agents whose keys succeeded in the old journal replay."""
@@ -349,24 +440,41 @@ class Supervisor:
             raise RunRefused(f"run {old.id} is still {old.status}; cancel it or let it end before resuming")
         try:
             loaded = journal_mod.load(self.store.dir(old) / "journal.jsonl")
+            script = self.store.script(old)
         except journal_mod.JournalError as e:
             raise RunRefused(f"cannot resume {old.id}: {e}") from None
-        new_params = {"script": self.store.script(old), "args": params["args"] if "args" in params else old.args,
+        except DamagedFile as e:
+            raise RunRefused(f"cannot resume {old.id}: {e}") from None
+        new_params = {"script": script, "args": params["args"] if "args" in params else old.args,
                       "label": old.label, "model": old.model, "effort": old.effort, "profile": old.profile,
                       "budgetUsd": old.budget_usd, "budgetTokens": old.budget_tokens, "keepWork": old.keep_work,
-                      "resumedFrom": old.id}
+                      "resumedFrom": old.id, "timeoutMs": old.timeout_ms, "budgetWarnAt": old.budget_warn_at}
         new_params = {k: v for k, v in new_params.items() if v is not None or k == "args"}
-        return self.start(caller, new_params, carried=loaded)
+        new = self.start(caller, new_params, carried=loaded)
+        old.resumed_as = new.id
+        try:
+            self.store.save(old)
+        except OSError as e:
+            log.warning("run %s: could not record resumedAs: %s", old.id, e)
+        self.changed(old)
+        return new
 
     # -- stop -------------------------------------------------------------
     def cancel(self, run: Run, by: str = "the caller") -> bool:
         live = self.live.get(run.id)
-        if live is None:
+        if live is None or not run.active:
             return False
         live.stop_reason = live.stop_reason or "cancel"
         live.cancelled_by = by
         live.scope.cancel()
         return True
+
+    def fail_run(self, live: LiveRun, why: str) -> None:
+        """A limit was hit: end the run as failed with a message naming the limit."""
+        if live.stop_reason is None:
+            live.stop_reason = "limit"
+            live.stop_detail = why
+        live.scope.cancel()
 
     def skip_agent(self, run: Run, n: int) -> bool:
         live = self.live.get(run.id)

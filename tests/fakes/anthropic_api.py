@@ -8,6 +8,8 @@ The scenario is chosen by a marker in the prompt text, `[[name]]` or `[[name:arg
   [[structured:JSON]] call the StructuredOutput tool with JSON as input
   [[textonly]]        answer with text even when a schema asks for StructuredOutput
   [[read:PATH]]       call Read on PATH, then reply with what the tool returned
+  [[bash:COMMAND]]    call Bash with COMMAND, then reply with what the tool returned
+  [[bashhang:COMMAND]] call Bash with COMMAND, then hang on the next turn (message_start only)
   [[401]] [[500]]     HTTP errors
   [[slow:SECONDS]]    stream the reply with a pause of SECONDS between events
   [[hang]]            send message_start, then never finish
@@ -131,7 +133,14 @@ class FakeAnthropic:
         elif kind == "read" and not done_tools:
             blocks = [{"type": "tool_use", "id": "toolu_r1", "name": "Read", "input": {"file_path": arg}}]
             stop = "tool_use"
-        elif kind == "read":
+        elif kind == "bashhang" and done_tools:
+            hang = True
+            blocks = []
+        elif kind in ("bash", "bashhang") and not done_tools:
+            blocks = [{"type": "tool_use", "id": "toolu_b1", "name": "Bash",
+                       "input": {"command": arg, "description": "run it"}}]
+            stop = "tool_use"
+        elif kind in ("read", "bash"):
             content = done_tools[-1].get("content")
             if isinstance(content, list):
                 content = "".join(c.get("text", "") for c in content if isinstance(c, dict))

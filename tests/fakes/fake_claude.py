@@ -7,6 +7,7 @@ The prompt picks the behaviour:
   grandchild        start a grandchild that holds stdout open, print a result, exit
   hold              start a grandchild holding stdout, then sleep forever (a hung agent)
   noresult          print an assistant message with usage, then exit 1 without a result
+  escape:MARKER     double-fork a setsid grandchild whose argv carries MARKER, then sleep
   waitfile:PATH     sleep while PATH exists, then a result
 Every start appends "<pid> <first word>" to spawns.log beside the executable.
 Use `install(dir)` to write an executable copy whose shebang is this interpreter.
@@ -27,8 +28,11 @@ def result(text="ok", cost=0.01):
     out({"type": "result", "subtype": "success", "is_error": False, "result": text, "total_cost_usd": cost,
          "usage": {"input_tokens": 100, "output_tokens": 10}, "terminal_reason": "completed"})
 word = prompt.strip().split()[0] if prompt.strip() else "noop"
-with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "spawns.log"), "a") as log:
-    log.write(f"{os.getpid()} {word}\n")
+try:
+    with open(os.path.join(os.path.dirname(os.path.abspath(sys.argv[0])), "spawns.log"), "a") as log:
+        log.write(f"{os.getpid()} {word}\n")
+except OSError:
+    pass   # inside the sandbox the bin dir is read-only: count spawns from transcripts instead
 if word == "dump":
     st = os.fstat(0)
     import stat as S
@@ -52,6 +56,18 @@ elif word == "hold":
     out({"type": "assistant", "message": {"id": "m1", "usage": {"input_tokens": 5000, "output_tokens": 1},
                                            "content": [{"type": "text", "text": "thinking"}]}})
     time.sleep(300)
+elif word.startswith("escape:"):
+    # Double-fork a grandchild into its own session (it would survive a group kill), named
+    # by a marker the test can find in /proc, then sleep as a busy agent.
+    marker = word.split(":", 1)[1]
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)", marker])
+        os._exit(0)
+    out({"type": "assistant", "message": {"id": "m1", "usage": {"input_tokens": 10, "output_tokens": 1},
+                                           "content": [{"type": "text", "text": "escaped"}]}})
+    time.sleep(600)
 elif word == "noresult":
     out({"type": "assistant", "message": {"id": "m1", "usage": {"input_tokens": 200000, "output_tokens": 1},
                                            "content": [{"type": "text", "text": "partial"}]}})

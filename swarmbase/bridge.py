@@ -1,0 +1,358 @@
+"""The JSON-lines bridge between the daemon and one script runner (sandbox/runner.mjs):
+the script's hooks become calls to a ScriptHost, its answers go back, two watchdogs
+(the runner's slice timeout, and pings answered from the runner's event loop), the
+sync/settle barrier, cancels of calls the script no longer wants, and a test-only probe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import attrs
+import trio
+
+from .procs import LineReader
+
+MAX_LOG_CHARS = 4000
+# What a runner killed by its memory limit leaves on stderr (V8 heap limit, a failed
+# backing-store allocation that escaped, or V8's fatal allocation failure).
+OOM_MARKERS = (b"heap out of memory", b"Array buffer allocation failed", b"Allocation failed")
+MEMORY_ERROR = "the script exceeded its memory limit"
+
+log = logging.getLogger(__name__)
+
+
+class AgentCallError(Exception):
+    """Raised by a ScriptHost to make agent() or workflow() throw inside the script with this message."""
+
+
+class ProbeError(Exception):
+    """A test probe failed in the runner, or the runner ended before answering it."""
+
+
+@attrs.frozen
+class Answered:
+    """What `agent_begin`/`workflow_begin` may return when the answer is known at once (a
+    journal replay). The bridge then replies before it reads the runner's next line, so the
+    answer reaches the script in call order, and `_Bridge.settle()` can wait for the
+    script's reaction to it."""
+    value: Any
+
+
+class ScriptHost(Protocol):
+    # Optional members, looked up with getattr (a host may leave any of them out):
+    # - agent_begin(prompt, opts) -> ticket | Answered, and workflow_begin(source, args, opts)
+    #   -> ticket | Answered: run synchronously in call order, before any other call is read;
+    #   what must follow the script's call order (numbering, journal keys) goes there.
+    # - async workflow(source, args, opts, ticket) -> value: a nested workflow (without it
+    #   workflow() throws in the script).
+    # - calls_cancelled(tickets, reason) -> None: synchronous; the script cancelled these
+    #   in-flight calls (race/waitN losers). Called before their tasks are cancelled, so the
+    #   host can record why; a ticket may belong to a call that has just finished.
+    # - attach(bridge) or a `bridge` attribute: receives the _Bridge (sync/settle/probe).
+    async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any: ...
+    def phase(self, title: str) -> None: ...
+    def log(self, message: str) -> None: ...
+    def meta(self, meta: Any) -> None: ...
+    def budget_view(self) -> dict[str, Any]: ...
+
+
+@attrs.frozen
+class ScriptOutcome:
+    ok: bool
+    value: Any = None
+    error: str | None = None
+    line: int | None = None
+    watchdog: bool = False
+
+
+@attrs.frozen
+class RunnerLimits:
+    slice_ms: int = 5000
+    ping_interval: float = 2.0
+    pong_timeout: float = 10.0
+    memory_mb: int = 512
+    cpu_seconds: int | None = None
+
+
+@attrs.define
+class _Call:
+    """A bridge call being answered: its task runs inside `scope`, so a cancel from the
+    script (race/waitN losers) stops just that call."""
+    scope: trio.CancelScope
+    ticket: Any
+
+
+@attrs.define
+class _Waiter:
+    """A daemon-to-runner request waiting for its answer (sync, probe)."""
+    event: trio.Event = attrs.Factory(trio.Event)
+    answer: dict[str, Any] | None = None
+
+
+def _dumps(msg: Any) -> str:
+    try:
+        return json.dumps(msg, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(msg), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _valid_source(source: Any) -> bool:
+    return isinstance(source, str) or (
+        isinstance(source, dict) and set(source) == {"name"} and isinstance(source["name"], str))
+
+
+class _Bridge:
+    def __init__(self, proc: trio.Process, host: ScriptHost, limits: RunnerLimits) -> None:
+        self.proc = proc
+        self.host = host
+        self.limits = limits
+        self.send_lock = trio.Lock()
+        self.outcome: ScriptOutcome | None = None
+        self.last_pong = trio.current_time()
+        self.done = trio.Event()
+        self.stderr_tail = b""
+        self.stderr_done = trio.Event()
+        self.out_of_memory = False
+        self.calls: dict[int, _Call] = {}
+        self.answered_inline = 0
+        self.waiters: dict[int, _Waiter] = {}
+        self.last_request = 0
+        attach = getattr(host, "attach", None)
+        if callable(attach):
+            attach(self)
+        elif hasattr(host, "bridge"):
+            host.bridge = self  # type: ignore[attr-defined]
+
+    async def send(self, *msgs: dict[str, Any]) -> None:
+        """Send messages as one write, so no other message falls between them. Non-finite
+        numbers (which JSON cannot carry and the runner would refuse) become null."""
+        data = "".join(_dumps(m) + "\n" for m in msgs).encode()
+        async with self.send_lock:
+            assert self.proc.stdin is not None
+            await self.proc.stdin.send_all(data)
+
+    def finish(self, outcome: ScriptOutcome) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+        self.done.set()
+        for waiter in self.waiters.values():
+            waiter.event.set()
+
+    async def send_reply(self, reply: dict[str, Any]) -> None:
+        try:
+            await self.send({"t": "budget", "budget": self.host.budget_view()}, reply)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the runner is gone; read_loop reports why
+
+    def parse_call(self, msg: dict[str, Any]) -> tuple[str, Callable[[], Any] | None,
+                                                       Callable[[Any], Awaitable[Any]]] | str:
+        """(op, begin, work) for a well-formed call, else the error the script gets."""
+        op = msg.get("op")
+        if op == "agent":
+            prompt, opts = msg.get("prompt", ""), msg.get("opts", {})
+            if not isinstance(prompt, str) or not isinstance(opts, dict):
+                return "agent(): malformed call on the bridge"
+            agent_begin = getattr(self.host, "agent_begin", None)
+            return ("agent", (lambda: agent_begin(prompt, dict(opts))) if agent_begin else None,
+                    lambda ticket: self.host.agent(prompt, dict(opts), ticket))
+        if op == "workflow":
+            source, args, opts = msg.get("source"), msg.get("args"), msg.get("opts", {})
+            if not _valid_source(source) or not isinstance(opts, dict):
+                return "workflow(): malformed call on the bridge"
+            run = getattr(self.host, "workflow", None)
+            if run is None:
+                return "workflow() is not available in this daemon"
+            wf_begin = getattr(self.host, "workflow_begin", None)
+            return ("workflow", (lambda: wf_begin(source, args, dict(opts))) if wf_begin else None,
+                    lambda ticket: run(source, args, dict(opts), ticket))
+        return f"unknown bridge call {op!r}"
+
+    async def begin_call(self, msg: dict[str, Any], nursery: trio.Nursery) -> None:
+        call_id = msg["id"]
+        parsed = self.parse_call(msg)
+        if isinstance(parsed, str):
+            await self.send({"t": "reply", "id": call_id, "ok": False, "error": parsed})
+            return
+        op, begin, work = parsed
+        try:
+            ticket = begin() if begin else None
+        except Exception as e:  # never let one call take the bridge down
+            await self.send({"t": "reply", "id": call_id, "ok": False, "error": f"{op}(): {e}"})
+            return
+        if isinstance(ticket, Answered):
+            self.answered_inline += 1
+            await self.send_reply({"t": "reply", "id": call_id, "ok": True, "value": ticket.value})
+            return
+        call = _Call(trio.CancelScope(), ticket)
+        self.calls[call_id] = call
+        nursery.start_soon(self.answer, call_id, call, work)
+
+    async def answer(self, call_id: int, call: _Call, work: Callable[[Any], Awaitable[Any]]) -> None:
+        reply: dict[str, Any] = {"t": "reply", "id": call_id, "ok": True, "value": None}
+        try:
+            with call.scope:
+                reply["value"] = await work(call.ticket)
+            if call.scope.cancelled_caught:
+                reply["cancelled"] = True
+        except AgentCallError as e:
+            reply = {"t": "reply", "id": call_id, "ok": False, "error": str(e)}
+        finally:
+            self.calls.pop(call_id, None)
+        await self.send_reply(reply)
+
+    def cancel_calls(self, ids: Any, reason: str) -> None:
+        """The script gave up these calls (race/waitN losers): tell the host why, then stop them."""
+        if not isinstance(ids, list):
+            return
+        calls = [self.calls[i] for i in ids if type(i) is int and i in self.calls]
+        if not calls:
+            return
+        hook = getattr(self.host, "calls_cancelled", None)
+        if hook is not None:
+            try:
+                hook([c.ticket for c in calls], reason)
+            except Exception:  # the calls are stopped either way
+                log.exception("calls_cancelled failed")
+        for c in calls:
+            c.scope.cancel()
+
+    async def request(self, msg: dict[str, Any], key: str) -> dict[str, Any] | None:
+        """Send a request numbered under `key` and wait for its answer; None if the runner ended."""
+        if self.done.is_set():
+            return None
+        self.last_request += 1
+        n = self.last_request
+        waiter = self.waiters[n] = _Waiter()
+        try:
+            await self.send({**msg, key: n})
+            await waiter.event.wait()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            del self.waiters[n]
+        return waiter.answer
+
+    def answered(self, n: Any, msg: dict[str, Any]) -> None:
+        waiter = self.waiters.get(n) if type(n) is int else None
+        if waiter is not None:
+            waiter.answer = msg
+            waiter.event.set()
+
+    async def sync(self) -> None:
+        """Barrier: returns once the bridge has read everything the runner wrote while it
+        handled the lines sent before this call (replies' consequences: cancels, new calls).
+        Returns at once if the run has ended."""
+        await self.request({"t": "sync"}, "n")
+
+    async def settle(self, max_rounds: int = 1000) -> None:
+        """Sync until a round sends no `Answered` reply: then every answer known at once
+        (journal replays, also those the script's reaction to earlier ones asked for) has
+        reached the script, and the cancels it caused have been handled."""
+        for _ in range(max_rounds):
+            before = self.answered_inline
+            await self.sync()
+            if self.answered_inline == before or self.done.is_set():
+                return
+
+    async def probe(self, code: str) -> Any:
+        """Test hook (issue 13): run `code` as an async function in the runner's own realm,
+        outside the vm. Only a runner whose environment has SWARMBASE_TEST_PROBE=1 answers;
+        others ignore it, and this waits until the run ends, then raises ProbeError."""
+        answer = await self.request({"t": "probe", "code": code}, "id")
+        if answer is None:
+            raise ProbeError("the script runner ended without answering the probe")
+        if not answer.get("ok"):
+            raise ProbeError(str(answer.get("error")))
+        return answer.get("value")
+
+    async def read_loop(self, nursery: trio.Nursery) -> None:
+        assert self.proc.stdout is not None
+        reader = LineReader(self.proc.stdout)
+        async for raw in reader:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            t = msg.get("t")
+            if t == "pong":
+                self.last_pong = trio.current_time()
+            elif t == "call" and type(msg.get("id")) is int:
+                await self.begin_call(msg, nursery)
+            elif t == "cancel":
+                self.cancel_calls(msg.get("ids"), str(msg.get("reason") or "cancelled by the script")[:200])
+            elif t == "synced":
+                self.answered(msg.get("n"), msg)
+            elif t == "probe-result":
+                self.answered(msg.get("id"), msg)
+            elif t == "phase":
+                self.host.phase(str(msg.get("title", ""))[:500])
+            elif t == "log":
+                self.host.log(str(msg.get("message", ""))[:MAX_LOG_CHARS])
+            elif t == "meta":
+                self.host.meta(msg.get("meta"))
+            elif t == "done":
+                if msg.get("ok"):
+                    self.finish(ScriptOutcome(ok=True, value=msg.get("value")))
+                else:
+                    line = msg.get("line")
+                    self.finish(ScriptOutcome(ok=False, error=str(msg.get("error") or "script failed"),
+                                              line=line if isinstance(line, int) else None,
+                                              watchdog=bool(msg.get("watchdog"))))
+                return
+        if reader.overflowed:
+            reason = "the script's output line was too long"
+        else:
+            await self.stderr_done.wait()
+            detail = self.stderr_tail.decode("utf-8", "replace").strip().splitlines()[-3:]
+            if self.out_of_memory:
+                reason = MEMORY_ERROR
+            else:
+                reason = "the script runner exited unexpectedly" + (": " + " | ".join(detail) if detail else "")
+        self.finish(ScriptOutcome(ok=False, error=reason))
+
+    async def read_stderr(self) -> None:
+        """Keep the last few KB of the runner's stderr, to explain a crash; note an
+        out-of-memory death wherever its marker falls (V8 prints a long trace after it)."""
+        assert self.proc.stderr is not None
+        try:
+            while True:
+                chunk = await self.proc.stderr.receive_some(4096)
+                if not chunk:
+                    return
+                window = self.stderr_tail[-64:] + chunk
+                if any(m in window for m in OOM_MARKERS):
+                    self.out_of_memory = True
+                self.stderr_tail = (self.stderr_tail + chunk)[-4096:]
+        finally:
+            self.stderr_done.set()
+
+    async def ping_loop(self) -> None:
+        n = 0
+        while True:
+            await trio.sleep(self.limits.ping_interval)
+            if trio.current_time() - self.last_pong > self.limits.pong_timeout:
+                self.finish(ScriptOutcome(ok=False, watchdog=True, error=(
+                    f"watchdog: the script runner did not answer for {self.limits.pong_timeout:g} s "
+                    "(a busy loop?); it was killed")))
+                return
+            n += 1
+            try:
+                await self.send({"t": "ping", "n": n})
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return

@@ -1,0 +1,87 @@
+"""What every engine gets and gives: one agent's job, its I/O hooks, its live usage.
+
+Engines build a launch spec and read their CLI's stream; they never import the run
+supervisor or know where their process runs (the launcher decides). The agent service
+owns caps, budgets, records and the journal around them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping, Protocol
+
+import attrs
+
+from ..launch.spec import Launcher
+from ..prices import Tokens
+from .verdict import Verdict
+
+
+@attrs.define
+class LiveUsage:
+    """What an agent has used so far, updated as it streams. It prices a killed agent and
+    feeds the live view. `responses` counts model responses that began: with none, nothing
+    was charged and a killed agent costs $0."""
+    tokens: Tokens = Tokens()
+    cost_usd: float = 0.0
+    exact: bool = False          # set once the CLI (or the meter) reported final figures
+    responses: int = 0
+    priced: bool = True          # False: no price row (codex), cost stays $0
+
+
+@attrs.frozen
+class AgentJob:
+    run_id: str
+    n: int
+    label: str
+    engine: str
+    model: str | None
+    effort: str | None
+    profile: str
+    schema: dict[str, Any] | None
+    prompt: str
+    cwd: str                      # host path, realpath-pinned
+    api_key: str
+    max_usd: float                # the USD reservation: the CLI's own budget flag
+    max_tokens: int               # codex: the token ceiling reserved
+    caller_max_profile: str
+    timeout_ms: int
+    secret_files: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.run_id}-{self.n}"
+
+
+@attrs.define(eq=False)
+class AgentIO:
+    launcher: Launcher
+    transcript: Callable[[bytes], None]               # one raw line of the CLI's stream
+    usage: LiveUsage = attrs.Factory(LiveUsage)
+    usage_changed: Callable[[], None] = lambda: None   # live view; rate-limited by the caller
+    started: Callable[[Mapping[str, Any]], None] = lambda where: None
+
+
+class Engine(Protocol):
+    name: str
+
+    async def run(self, job: AgentJob, io: AgentIO) -> Verdict: ...
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json_line(line: bytes) -> Any:
+    """One event of a CLI's stream; None for anything that is not strict JSON (NaN and
+    Infinity tokens included: nothing non-finite may reach a result or a record)."""
+    try:
+        return json.loads(line, parse_constant=_no_constants)
+    except (ValueError, RecursionError):
+        return None
+
+
+def spawn_failure(engine: str, bin_path: str, detail: str) -> Verdict:
+    """The CLI could not be started: nothing ran, nothing is charged."""
+    return Verdict(ok=False, error=f"could not start the {engine} CLI ({bin_path}): {detail}",
+                   cost_usd=0.0, tokens=Tokens(), tokens_exact=True)

@@ -1,0 +1,87 @@
+"""The claude engine: one `claude -p` per agent, launched through the launcher.
+
+The prompt is a file in the agent's private dir given as stdin (never argv); the private
+dir is its HOME, CLAUDE_CONFIG_DIR and TMPDIR. It reads its cwd (writes it only under the
+write profile) and needs the network for the API. Usage is live from the relayed stream
+events, priced from the model's row until the CLI's own cost report arrives.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import attrs
+
+from .. import prices
+from ..config import Config
+from ..launch.spec import AGENT_DIR, LaunchSpec
+from ..sandbox import interpreter_paths
+from . import claude
+from .base import AgentIO, AgentJob, parse_json_line, spawn_failure
+from .verdict import Verdict
+
+SCHEMA_ARG_LIMIT = 64 * 1024      # --json-schema takes inline JSON only (verified on 2.1.328)
+
+
+class ClaudeEngine:
+    name = "claude"
+
+    def __init__(self, cfg: Config, parent_env: Mapping[str, str] | None = None) -> None:
+        self.cfg = cfg
+        self.parent_env = dict(os.environ if parent_env is None else parent_env)
+
+    def spec(self, job: AgentJob) -> LaunchSpec:
+        engine = self.cfg.engines.claude
+        assert engine is not None
+        call = claude.ClaudeCall(bin=engine.bin, cwd=job.cwd, profile=job.profile, model=job.model,
+                                 effort=job.effort, schema=job.schema, max_usd=job.max_usd,
+                                 state_dir=str(self.cfg.state_dir), user_home=os.path.expanduser("~"),
+                                 secret_files=list(job.secret_files))
+        env = claude.environment(bin_path=engine.bin, home=f"{AGENT_DIR}/home", tmp=f"{AGENT_DIR}/tmp",
+                                 api_key=job.api_key, base_url=engine.baseUrl, run_id=job.run_id, n=job.n,
+                                 label=job.label, parent_env=self.parent_env)
+        search = env["PATH"]
+        return LaunchSpec(argv=tuple(claude.argv(call)), env=env, cwd=job.cwd, key=job.key,
+                          files={"prompt.txt": job.prompt.encode()}, stdin_file="prompt.txt",
+                          read=(job.cwd, *interpreter_paths(engine.bin, search)),
+                          write=(job.cwd,) if job.profile == "write" else (), network=True,
+                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000,
+                          record={"runId": job.run_id, "n": job.n, "engine": "claude"})
+
+    async def run(self, job: AgentJob, io: AgentIO) -> Verdict:
+        engine = self.cfg.engines.claude
+        assert engine is not None
+        if not os.access(engine.bin, os.X_OK):
+            return spawn_failure("claude", engine.bin, "the executable is missing (engines.claude.bin)")
+        row = prices.row_for(job.model, self.cfg.prices)
+        state = claude.StreamState()
+        io.usage.priced = row is not None
+
+        def on_line(line: bytes) -> bool:
+            event = parse_json_line(line)
+            if not (isinstance(event, dict) and event.get("type") == "stream_event"):
+                io.transcript(line)          # deltas are folded into the assistant events
+            before = io.usage.tokens
+            state.feed(event)
+            tokens = state.streamed_tokens
+            if tokens != before:
+                io.usage.tokens = tokens
+                io.usage.responses = state.responses
+                io.usage.cost_usd = prices.cost(tokens, row) if row else 0.0
+                io.usage_changed()
+            return state.result is not None
+
+        res = await io.launcher.run(self.spec(job), on_line, io.started)
+        if res.spawn_error:
+            return spawn_failure("claude", engine.bin, res.spawn_error)
+        verdict = claude.judge(state, job.schema)
+        if verdict.cost_usd is None and row is not None:
+            verdict = attrs.evolve(verdict, cost_usd=prices.cost(verdict.tokens, row))
+        io.usage.tokens, io.usage.cost_usd = verdict.tokens, verdict.cost_usd or 0.0
+        io.usage.exact = verdict.tokens_exact and state.result is not None
+        if res.idle_timeout:
+            return attrs.evolve(verdict, ok=False, value=None, error=(
+                f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); the agent was killed"))
+        return attrs.evolve(verdict, exit_code=res.exit_code)
+

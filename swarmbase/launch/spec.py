@@ -1,0 +1,64 @@
+"""What an engine asks a launcher to run, and what comes back. Pure data.
+
+An engine never knows where or how its process runs: it names the program, its
+environment, the files it needs written into a private dir before it starts, the host
+paths it must read or write, and whether it needs the network. Values in argv and env may
+contain AGENT_DIR, replaced by the launcher with the private dir as the process sees it
+(a fixed mount inside the sandbox, the host path without one, a node-local path on Ray).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Protocol
+
+import attrs
+
+from ..spawn import Limits
+
+AGENT_DIR = "@AGENT_DIR@"
+
+
+@attrs.frozen
+class LaunchSpec:
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str                                   # host path; the process runs there
+    key: str                                   # unique per agent: "<runId>-<n>"
+    files: Mapping[str, bytes] = attrs.field(factory=dict)   # relative path in the private dir -> bytes
+    dirs: tuple[str, ...] = ("home", "tmp")    # made in the private dir (0700)
+    stdin_file: str | None = None              # relative path in the private dir, given as stdin
+    read: tuple[str, ...] = ()                 # host paths the process must be able to read
+    write: tuple[str, ...] = ()                # host paths it may write (besides its private dir)
+    network: bool = True
+    idle_timeout: float = 300.0
+    limits: Limits = Limits()
+    record: Mapping[str, Any] = attrs.field(factory=dict)    # extra fields for the process record
+
+
+@attrs.define
+class ProcResult:
+    exit_code: int | None = None
+    idle_timeout: bool = False
+    final_seen: bool = False
+    lines: int = 0
+    spawn_error: str | None = None             # the process could not be started
+    node: str | None = None                    # where it ran (None: this machine)
+
+
+OnLine = Callable[[bytes], bool]               # returns True for the final event
+Started = Callable[[Mapping[str, Any]], None]  # where it runs: {"pgid", "node"?}
+
+
+class Launcher(Protocol):
+    async def run(self, spec: LaunchSpec, on_line: OnLine, started: Started | None = None) -> ProcResult: ...
+
+
+def substitute(value: str, agent_dir: str) -> str:
+    return value.replace(AGENT_DIR, agent_dir)
+
+
+def placed(spec: LaunchSpec, agent_dir: str) -> tuple[list[str], dict[str, str]]:
+    """argv and env with AGENT_DIR replaced."""
+    return ([substitute(a, agent_dir) for a in spec.argv],
+            {k: substitute(v, agent_dir) for k, v in spec.env.items()})
+

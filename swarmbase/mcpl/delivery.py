@@ -1,0 +1,142 @@
+"""Pushing a caller's notices to its connected host.
+
+One push in flight per session, oldest notice first. What the host answers decides what
+happens to the notice:
+
+- accepted, or `{accepted:false, reason:"duplicate"}`: acknowledged, never sent again;
+- `{accepted:false, reason:…}` for any other reason, or -32001/-32003 (the set is off for
+  this host): not transient. The reason is logged once and that notice is held until the
+  host sends a new grant or reconnects; the caller's other notices keep going out;
+- -32002 (pushEvents not granted): nothing can go out; wait for the next grant;
+- no answer within PUSH_TIMEOUT_S, or any other error: a transient fault of the host;
+  back off (1 s doubling to 300 s, jittered) and resend with the same eventId under a new
+  request id (see docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+import trio
+
+from .jsonrpc import Response
+
+if TYPE_CHECKING:
+    from .session import Session
+
+log = logging.getLogger("swarmbase.mcpl")
+
+PUSH_TIMEOUT_S = 30.0
+BACKOFF_BASE_S = 1.0
+BACKOFF_MAX_S = 300.0
+
+
+def backoff_delay(attempt: int, rng: random.Random | None = None) -> float:
+    """Exponential backoff with ±25 % jitter: 1 s, 2 s, 4 s … capped at 300 s."""
+    rng = rng or random.Random()
+    base = min(BACKOFF_MAX_S, BACKOFF_BASE_S * (2 ** max(0, attempt)))
+    return base * rng.uniform(0.75, 1.25)
+
+
+def classify_answer(result: Any = None, error: dict[str, Any] | None = None) -> tuple[str, str]:
+    """(verdict, reason) for a host's answer to push/event. Verdicts: 'done' (acknowledged),
+    'refused' (hold it: not transient), 'wait-grant' (nothing goes out until the next
+    grant), 'retry' (transient: back off and resend)."""
+    if error is not None:
+        code = error.get("code")
+        message = str(error.get("message") or "")
+        if code == -32002:
+            return "wait-grant", f"{code}: {message}"
+        if code in (-32001, -32003):
+            return "refused", f"{code}: {message}"
+        return "retry", f"{code}: {message}"
+    if isinstance(result, dict) and "accepted" in result:
+        if result["accepted"] is True or result.get("reason") == "duplicate":
+            return "done", "accepted" if result["accepted"] is True else "duplicate"
+        if result["accepted"] is False:
+            return "refused", str(result.get("reason") or "refused without a reason")
+    return "retry", "the answer is not a push/event result"
+
+
+async def first_of(*waits: Callable[[], Awaitable[None]]) -> None:
+    """Return when the first of these returns."""
+    async with trio.open_nursery() as n:
+        async def one(fn: Callable[[], Awaitable[None]]) -> None:
+            await fn()
+            n.cancel_scope.cancel()
+        for fn in waits:
+            n.start_soon(one, fn)
+
+
+class Delivery:
+    """The push loop of one session."""
+
+    def __init__(self, session: "Session", rng: random.Random) -> None:
+        self.s = session
+        self.rng = rng
+        self.held: dict[str, str] = {}     # eventId -> the host's reason, until a grant or reconnect
+
+    def release_holds(self) -> None:
+        if self.held:
+            log.info("caller %s: new grant, retrying %d held notice(s)", self._caller, len(self.held))
+        self.held.clear()
+
+    @property
+    def _caller(self) -> str:
+        assert self.s.caller is not None
+        return self.s.caller.name
+
+    async def run(self) -> None:
+        outbox = self.s.outbox
+        attempt = 0
+        while True:
+            granted = self.s.grant_changed
+            if not self.s.grant.can_push:
+                await granted.wait()
+                continue
+            added = outbox.changed_event(self._caller)
+            notice = outbox.next_pending(self._caller, skip=self.held)
+            if notice is None:
+                outbox.flush()
+                await first_of(added.wait, granted.wait)
+                continue
+            verdict, reason = await self._push(notice)
+            eid = notice["eventId"]
+            if verdict == "done":
+                outbox.ack(eid)
+                attempt = 0
+                self._observe("notice_delivered", self._caller, eid)
+            elif verdict == "refused":
+                self.held[eid] = reason
+                if self.s.hub.first_report((self._caller, eid, reason)):
+                    log.warning("caller %s: the host refused notice %s (%s); it is held until the host "
+                                "grants again or reconnects", self._caller, eid, reason)
+                    self._observe("notice_failed", self._caller, eid, reason)
+            elif verdict == "wait-grant":
+                if self.s.hub.first_report((self._caller, "wait-grant", reason)):
+                    log.warning("caller %s: the host has not granted pushEvents (%s); notices wait for "
+                                "its next grant", self._caller, reason)
+                await granted.wait()
+            else:
+                await trio.sleep(backoff_delay(attempt, self.rng))
+                attempt += 1
+
+    async def _push(self, notice: dict[str, Any]) -> tuple[str, str]:
+        try:
+            resp: Response = await self.s.request("push/event", notice, PUSH_TIMEOUT_S)
+        except trio.TooSlowError:
+            return "retry", "no answer"
+        return classify_answer(resp.result, resp.error)
+
+    def _observe(self, method: str, *args: Any) -> None:
+        """Telemetry observers (the supervisor's seam); never allowed to affect delivery."""
+        for obs in list(getattr(self.s.sup, "observers", None) or []):
+            fn = getattr(obs, method, None)
+            if fn is None:
+                continue
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("observer %r failed in %s", obs, method)

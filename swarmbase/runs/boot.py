@@ -1,0 +1,130 @@
+"""Boot: what the daemon does with the state a previous daemon left, before it serves.
+
+Crash-only: nothing here trusts a file it cannot parse. Leftover process groups are
+reaped (the sandbox's PID namespaces already died with the old daemon; this is the
+backstop for sandbox "none"), private dirs are deleted, every readable run is loaded and
+every unreadable thing quarantined and reported, runs left in flight become
+`interrupted` (their agents too, and their callers get a notice), and ended runs' work
+dirs are swept unless kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import fsutil, notices
+from ..procs import reap_recorded_groups
+from .model import TERMINAL, Run
+from .records import ENDED, AgentRecord
+from .store import DamagedFile, quarantine
+
+if TYPE_CHECKING:
+    from .supervisor import Supervisor
+
+log = logging.getLogger("swarmbase.boot")
+
+INTERRUPTED = "the daemon stopped while the run was in flight"
+
+
+def report_damage(sup: "Supervisor", path: Path, fault: str) -> None:
+    try:
+        moved = quarantine(path)
+    except OSError as e:
+        moved = path
+        fault = f"{fault}; could not rename it: {e.strerror}"
+    entry = {"path": str(moved), "fault": fault, "at": time.time()}
+    sup.damaged.append(entry)
+    log.warning("quarantined %s: %s (moved to %s)", path, fault, moved.name)
+
+
+def recover(sup: "Supervisor") -> list[Run]:
+    cfg = sup.cfg
+    killed, unreadable = reap_recorded_groups(cfg.state_dir / "procs")
+    for rec in unreadable:
+        report_damage(sup, rec, "process record is not valid JSON")
+    if killed:
+        log.warning("reaped %d process groups left by an unclean stop", len(killed))
+    # Throwaway private dirs of agents and runners that did not end cleanly.
+    homes = cfg.homes_dir
+    if homes.is_dir():
+        for child in homes.iterdir():
+            shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+    interrupted = []
+    for run in sup.store.load_all(lambda path, fault: report_damage(sup, path, fault)):
+        sup.runs[run.id] = run
+        if run.active:
+            _interrupt(sup, run)
+            if run.status == "interrupted":
+                interrupted.append(run)
+        if not sup.keeps_work(run):
+            sup.store.delete_work(run)
+    _link_resumes(sup)
+    return interrupted
+
+
+def _interrupt(sup: "Supervisor", run: Run) -> None:
+    """A run the dead daemon left in flight ends as interrupted — unless its end notice is
+    already queued: then it had ended and only its final record was not written; the notice
+    (the durable word on how it ended) completes the record."""
+    now = time.time()
+    queued = sup.outbox.notice(notices.event_id(run.id))
+    ended = next((t.split(":", 1)[1] for t in (queued or {}).get("tags", [])
+                  if t.startswith("swarmbase:") and t.split(":", 1)[1] in TERMINAL), None)
+    if ended is not None:
+        run.set_status(ended, now, reason="recorded at boot from its queued end notice")
+        try:
+            sup.store.save(run)
+        except OSError as e:
+            log.error("run %s: could not record its end: %s", run.id, e)
+        return
+    run.set_status("interrupted", now, reason=INTERRUPTED)
+    run.error = f"interrupted: {INTERRUPTED}"
+    try:
+        _interrupt_agents(sup, run)
+    except (DamagedFile, OSError) as e:
+        log.warning("run %s: could not mark its agents interrupted: %s", run.id, e)
+    try:
+        sup.store.save(run)
+        sup.store.append_log(run, f"run interrupted: {INTERRUPTED}", "error")
+    except OSError as e:
+        log.error("run %s: could not record the interruption: %s", run.id, e)
+    sup.outbox.add(run.caller, notices.build(run, None, url=sup.run_url(run.id)))
+
+
+def _interrupt_agents(sup: "Supervisor", run: Run) -> None:
+    """Agents that were queued or running when the daemon died will never end: say so."""
+    agents_dir = sup.store.dir(run) / "agents"
+    done = 0
+    if agents_dir.is_dir():
+        for d in agents_dir.iterdir():
+            try:
+                data = fsutil.read_json(d / "agent.json")
+                rec = AgentRecord.from_json(data, d) if isinstance(data, dict) else None
+            except (ValueError, KeyError, TypeError, OSError):
+                continue
+            if rec is None:
+                continue
+            if rec.state not in ENDED:
+                rec.error = INTERRUPTED
+                rec.set_state("interrupted", error=INTERRUPTED)
+                fsutil.write_json(d / "agent.json", rec.to_json(), durable=False)
+            done += 1
+    phases = sup.store.phases(run)
+    for phase in phases:
+        for row in phase.get("agents", []):
+            if isinstance(row, dict) and row.get("state") not in ENDED:
+                row.update(state="interrupted", error=INTERRUPTED, endedAt=time.time())
+    sup.store.save_phases(run, phases, durable=True)
+    run.agents_done = max(run.agents_done, done)
+
+
+def _link_resumes(sup: "Supervisor") -> None:
+    """resumedAs is derived from resumedFrom (older runs do not record it)."""
+    for run in sup.runs.values():
+        old: Any = sup.runs.get(run.resumed_from) if run.resumed_from else None
+        if old is not None and not old.resumed_as:
+            old.resumed_as = run.id

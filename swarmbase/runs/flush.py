@@ -1,0 +1,83 @@
+"""A run's batched writes: agent records, phases.json, run.json and log lines are
+collected on the event loop and written together in a worker thread, every
+FLUSH_INTERVAL_S or at once when something urgent (an agent's end) asks for it.
+
+Rewriting phases.json and run.json per change made a 200-agent run quadratic, and an
+fsync per log() line let a chatty script stall the whole daemon; batched, neither does.
+What a failed write held is put back, so a full disk loses nothing that was in memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from .. import fsutil
+from .records import ENDED, AgentRecord
+
+if TYPE_CHECKING:
+    from .supervisor import LiveRun, Supervisor
+
+FLUSH_INTERVAL_S = 0.25
+
+
+@attrs.define
+class Pending:
+    log: list[dict[str, Any]] = attrs.Factory(list)
+    agents: dict[int, AgentRecord] = attrs.Factory(dict)
+    run_dirty: bool = False
+    phases_dirty: bool = False
+    urgent: trio.Event = attrs.Factory(trio.Event)
+
+    def agent(self, rec: AgentRecord) -> None:
+        self.agents[rec.n] = rec
+        self.phases_dirty = True
+        self.run_dirty = True
+
+
+async def loop(sup: "Supervisor", live: "LiveRun") -> None:
+    while True:
+        with trio.move_on_after(FLUSH_INTERVAL_S):
+            await live.writes.urgent.wait()
+        live.writes.urgent = trio.Event()
+        await write(sup, live)
+
+
+async def write(sup: "Supervisor", live: "LiveRun", final: bool = False) -> None:
+    """Snapshot what is pending (on the loop), write it (in a thread). Raises OSError
+    after putting back what was not written."""
+    w = live.writes
+    run = live.run
+    d = sup.store.dir(run)
+    logs, w.log = w.log, []
+    agents = [(rec.dir / "agent.json", rec.to_json(), rec.state in ENDED) for rec in w.agents.values()]
+    w.agents = {}
+    phases = live.phases_view() if (w.phases_dirty or final) else None
+    run_json = run.to_json() if (w.run_dirty or w.phases_dirty or final) else None
+    w.phases_dirty = w.run_dirty = False
+    if not (logs or agents or phases is not None or run_json is not None):
+        return
+
+    def io() -> None:
+        for path, data, durable in agents:
+            fsutil.write_json(path, data, durable=durable)
+        if phases is not None:
+            fsutil.write_json(d / "phases.json", phases, durable=final)
+        if logs:
+            fsutil.append_lines(d / "log.jsonl", logs)
+        if run_json is not None:
+            fsutil.write_json(d / "run.json", run_json)
+
+    try:
+        await trio.to_thread.run_sync(io)
+    except OSError:
+        w.log[:0] = logs
+        w.phases_dirty = w.run_dirty = True
+        for path, _, _ in agents:
+            n = int(Path(path).parent.name)
+            if n in live.agents:
+                w.agents.setdefault(n, live.agents[n])
+        raise

@@ -1,0 +1,183 @@
+"""Every child process of the daemon is forked from one thread that lives as long as the
+daemon, and dies with it.
+
+Design log:
+- A parent-death signal (PR_SET_PDEATHSIG, and bubblewrap's --die-with-parent, which is the
+  same thing) fires when the *thread* that forked the child exits, not the process. Trio's
+  `open_process` forks from a worker of its thread cache, and idle workers exit after 10 s:
+  every bubblewrapped codex agent was SIGKILLed ~10 s after it started. So nothing here
+  uses trio's thread cache: one daemon thread, started on first use, runs every Popen.
+- The child sets its own parent-death signal (SIGKILL) before exec, then checks that its
+  parent is still the daemon (it may have died between fork and prctl).
+- Resource limits (memory, CPU) are set in the child before exec, so they bind the sandbox
+  and everything it forks.
+- The handle is ours, not trio.Process (whose constructor is private): pipes are trio
+  FdStreams, exit is awaited on a pidfd.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import resource
+import signal
+import subprocess
+import threading
+from typing import Any, Callable, Mapping, Sequence
+
+import attrs
+import outcome
+import trio
+
+PR_SET_PDEATHSIG = 1
+PIPE = subprocess.PIPE
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _Spawner:
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[outcome.Outcome], None]]] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="swarmbase-spawner", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, done = self.jobs.get()
+            done(outcome.capture(fn))
+
+
+_spawner: _Spawner | None = None
+_spawner_lock = threading.Lock()
+
+
+def spawner_thread() -> threading.Thread:
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = _Spawner()
+        return _spawner.thread
+
+
+async def on_spawner(fn: Callable[[], Any]) -> Any:
+    """Run fn on the spawning thread and return its result (exceptions re-raised here).
+    Not cancellable while it runs: a fork takes milliseconds."""
+    spawner_thread()
+    assert _spawner is not None
+    token = trio.lowlevel.current_trio_token()
+    task = trio.lowlevel.current_task()
+
+    def done(result: outcome.Outcome) -> None:
+        try:
+            token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+        except trio.RunFinishedError:
+            pass
+
+    _spawner.jobs.put((fn, done))
+    return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+
+
+def _child_setup(parent: int, rlimits: Sequence[tuple[int, int, int]]) -> Callable[[], None]:
+    def setup() -> None:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(70)
+        for which, soft, hard in rlimits:
+            resource.setrlimit(which, (soft, hard))
+    return setup
+
+
+class Child:
+    """A started child: pid, trio streams for the pipes asked for, and its exit."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdin: trio.lowlevel.FdStream | None,
+                 stdout: trio.lowlevel.FdStream | None, stderr: trio.lowlevel.FdStream | None) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self._pidfd: int | None = os.pidfd_open(popen.pid)
+        self._wait_lock = trio.Lock()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        async with self._wait_lock:
+            while self._popen.poll() is None:
+                assert self._pidfd is not None
+                await trio.lowlevel.wait_readable(self._pidfd)
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
+        return self._popen.returncode  # type: ignore[return-value]
+
+    async def aclose_streams(self) -> None:
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                await stream.aclose()
+
+
+@attrs.frozen
+class Limits:
+    """Resource limits set in the child before exec (None: inherit)."""
+    data_bytes: int | None = None
+    cpu_seconds: int | None = None
+
+    def rlimits(self) -> list[tuple[int, int, int]]:
+        """(resource, soft, hard). The CPU hard limit sits a little above the soft one, so
+        the process gets SIGXCPU (which says why it died) before the kernel's SIGKILL."""
+        out = []
+        if self.data_bytes is not None:
+            out.append((resource.RLIMIT_DATA, self.data_bytes, self.data_bytes))
+        if self.cpu_seconds is not None:
+            out.append((resource.RLIMIT_CPU, self.cpu_seconds, self.cpu_seconds + 5))
+        return out
+
+
+async def open_child(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
+                     stdin: int | None = None, stdout: int | None = None, stderr: int | None = None,
+                     limits: Limits = Limits()) -> Child:
+    """Start argv in a new session (its pid is its pgid), from the spawning thread, with a
+    parent-death signal and `limits`. `stdin`/`stdout`/`stderr`: PIPE, an fd, None
+    (inherit), or subprocess.STDOUT for stderr."""
+    fds: dict[str, int] = {}
+    ours: dict[str, int] = {}
+    theirs: list[int] = []
+    try:
+        if stdin == PIPE:
+            r, w = os.pipe()
+            ours["stdin"], fds["stdin"] = w, r
+            theirs.append(r)
+        elif stdin is not None:
+            fds["stdin"] = stdin
+        if stdout == PIPE:
+            r, w = os.pipe()
+            ours["stdout"], fds["stdout"] = r, w
+            theirs.append(w)
+        elif stdout is not None:
+            fds["stdout"] = stdout
+        if stderr == PIPE:
+            r, w = os.pipe()
+            ours["stderr"], fds["stderr"] = r, w
+            theirs.append(w)
+        elif stderr == subprocess.STDOUT:
+            fds["stderr"] = fds.get("stdout", subprocess.STDOUT)
+        elif stderr is not None:
+            fds["stderr"] = stderr
+        setup = _child_setup(os.getpid(), limits.rlimits())
+        popen = await on_spawner(lambda: subprocess.Popen(
+            list(argv), stdin=fds.get("stdin"), stdout=fds.get("stdout"), stderr=fds.get("stderr"),
+            env=dict(env), cwd=cwd, start_new_session=True, preexec_fn=setup, close_fds=True))
+    except BaseException:
+        for fd in ours.values():
+            os.close(fd)
+        raise
+    finally:
+        for fd in theirs:
+            os.close(fd)
+    streams = {k: trio.lowlevel.FdStream(fd) for k, fd in ours.items()}
+    return Child(popen, streams.get("stdin"), streams.get("stdout"), streams.get("stderr"))

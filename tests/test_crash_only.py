@@ -1,0 +1,271 @@
+"""Crash-only: the real daemon process killed -9 mid-run, started twice, booted through
+damaged files. Nothing of a dead daemon survives it; a second start touches nothing; one
+bad file never blocks the rest."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from swarmbase.client import connect
+from swarmbase.procs import process_start_time
+from swarmbase.runs.model import Run
+from swarmbase.runs.store import RunStore
+
+from .conftest import CLAUDE, descendants, process_table, start_cli_daemon, write_config
+from .fakes import fake_claude
+from .fakes.anthropic_api import FakeAnthropic
+
+KEY = "sk-ant-crash-" + secrets.token_hex(12)
+
+
+def daemon_config(tmp_path: Path, bin_path: str, base_url: str | None = None, **extra: Any) -> tuple[Path, dict]:
+    state = tmp_path / "state"
+    state.mkdir()
+    key = state / "alice.key"
+    key.write_text(KEY)
+    key.chmod(0o600)
+    engines = {"claude": {"bin": bin_path, "baseUrl": base_url}}
+    return write_config(state, callers=["alice"], engines=engines,
+                        caller_extra={"apiKeyFile": str(key), "maxProfile": "write", "runUsdMax": 100}, **extra)
+
+
+def alive_matching(needle: bytes) -> list[int]:
+    return [pid for pid, (_, st, cmd) in process_table().items() if needle in cmd and st not in ("Z", "X")
+            and pid != os.getpid()]
+
+
+async def kill_and_count(proc: trio.Process, watch: list[int], needle: bytes, within: float = 2.0) -> list[int]:
+    """SIGKILL the daemon; return what of it is still alive `within` seconds later."""
+    proc.kill()
+    await proc.wait()
+    deadline = trio.current_time() + within
+    while True:
+        left = [p for p in watch if process_start_time(p) is not None and process_table().get(p, (0, "Z"))[1] != "Z"]
+        left = sorted(set(left) | set(alive_matching(needle)))
+        if not left or trio.current_time() >= deadline:
+            return left
+        await trio.sleep(0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_kill_9_with_8_sleeping_agents_leaves_nothing_and_no_request(tmp_path: Path,
+                                                                           nursery: trio.Nursery) -> None:
+    if not CLAUDE.exists():
+        pytest.fail(f"the Claude Code CLI is not installed at {CLAUDE}: run bash tests/install.sh")
+    api = await nursery.start(FakeAnthropic().serve)
+    path, tokens = daemon_config(tmp_path, str(CLAUDE), api.url, perRunConcurrency=8, maxConcurrentAgents=8)
+    script = "return await parallel(Array.from({length: 8}, (_, i) => () => agent('[[sleep:120]] ' + i, {maxUsd: 1})))"
+    with trio.fail_after(150):
+        proc, ws = await start_cli_daemon(path)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                await h.tool("run", {"script": script, "budgetUsd": 20})
+            while len(api.requests) < 8:          # every agent is waiting on its model
+                await trio.sleep(0.05)
+            tree = descendants(proc.pid)
+            assert len([p for p in tree if b"claude" in process_table().get(p, (0, "", b""))[2]]) >= 8
+            killed_at = trio.current_time()
+            left = await kill_and_count(proc, tree, str(path.parent).encode())
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+        assert left == [], f"alive 2 s after kill -9: {left}"
+        await trio.sleep(1.0)
+        assert [r for r in api.requests if r["at"] > killed_at] == []    # nothing called the API after
+
+
+@pytest.mark.timeout(120)
+async def test_setsid_double_fork_dies_with_the_daemon(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    path, tokens = daemon_config(tmp_path, str(cli))
+    marker = "escapee-" + secrets.token_hex(6)
+    with trio.fail_after(90):
+        proc, ws = await start_cli_daemon(path)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                await h.tool("run", {"script": f"return await agent('escape:{marker}')"})
+            while not alive_matching(marker.encode()):
+                await trio.sleep(0.05)
+            escapee = alive_matching(marker.encode())
+            ppids = {process_table()[p][0] for p in escapee}
+            assert os.getpid() not in ppids and proc.pid not in ppids    # it left the agent's process tree
+            left = await kill_and_count(proc, descendants(proc.pid) + escapee, marker.encode())
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+    assert left == []
+
+
+@pytest.mark.timeout(120)
+async def test_second_start_refuses_and_touches_nothing(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    path, tokens = daemon_config(tmp_path, str(cli))
+    env = dict(os.environ, SWARMBASE_CONFIG=str(path))
+    with trio.fail_after(90):
+        proc, ws = await start_cli_daemon(path)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                run_id = (await h.tool("run", {"script": "return await agent('sleep:10')"}))["structuredContent"]["runId"]
+                agent_pids: list[int] = []
+                while not agent_pids:
+                    table = process_table()
+                    cmd = {p: table.get(p, (0, "", b""))[2] for p in descendants(proc.pid)}
+                    agent_pids = [p for p, c in cmd.items() if str(cli).encode() in c and b"bwrap" not in c[:40]]
+                    await trio.sleep(0.05)
+                procs_before = sorted(p.name for p in (path.parent / "procs").iterdir())
+                second = await trio.run_process([sys.executable, "-m", "swarmbase"], env=env, capture_stdout=True,
+                                                capture_stderr=True, check=False)
+                assert second.returncode == 1
+                assert f"another swarmbase (pid {proc.pid}) is running on {path.parent}" in second.stderr.decode()
+                # It reaped nothing and touched no record: the agent is still running.
+                assert all(process_table().get(p, (0, "Z"))[1] not in ("Z", "X") for p in agent_pids)
+                assert sorted(p.name for p in (path.parent / "procs").iterdir()) == procs_before
+                done = await h.wait_notice(f"{run_id}:end")
+                assert done["tags"][-1] == "swarmbase:completed"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+
+
+def write_run(store: RunStore, rid: str, status: str = "completed", now: float | None = None) -> Run:
+    now = time.time() if now is None else now
+    r = Run(id=rid, caller="alice", dir_name=RunStore.dir_name_for(rid, now), created_at=now, status=status)
+    store.create(r, "return 1")
+    store.save_phases(r, [{"title": "main", "workflow": "", "agents": []}])
+    store.save_result(r, 1)
+    return r
+
+
+@pytest.mark.timeout(120)
+async def test_boot_quarantines_damage_and_serves_the_rest(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    path, tokens = daemon_config(tmp_path, str(cli))
+    state = path.parent
+    store = RunStore(state)
+    good = write_run(store, "run_" + "a" * 12)
+    damaged = {}
+    for rid, content in [("b" * 12, b'{"id": "run_bbbb'), ("c" * 12, b""), ("d" * 12, b"{}"),
+                         ("e" * 12, json.dumps({"id": "run_" + "e" * 12, "status": "nope"}).encode())]:
+        r = write_run(store, "run_" + rid)
+        (store.dir(r) / "run.json").write_bytes(content)
+        damaged[r.id] = store.dir(r)
+    junk = store.root / RunStore.dir_name_for("run_" + "f" * 12, time.time())
+    junk.write_bytes(os.urandom(2048))
+    (state / "procs").mkdir(exist_ok=True)
+    (state / "procs" / "run_x-1.json").write_bytes(b"\x00\xffnot json")
+    startup: list[str] = []
+    with trio.fail_after(90):
+        proc, ws = await start_cli_daemon(path, startup=startup)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                listed = [r["runId"] for r in (await h.tool("list", {}))["structuredContent"]["runs"]]
+                assert listed == [good.id]
+                st = (await h.tool("status", {"runId": good.id}))["structuredContent"]
+                assert st["status"] == "completed"
+                new = (await h.tool("run", {"script": "return 2"}))["structuredContent"]["runId"]
+                assert (await h.wait_notice(f"{new}:end"))["tags"][-1] == "swarmbase:completed"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+    err = startup[0]
+    for rid, d in damaged.items():
+        assert not d.exists()
+        kept = list(d.parent.glob(d.name + ".damaged-*"))
+        assert len(kept) == 1 and (kept[0] / "script.js").read_text() == "return 1"   # the bytes are kept
+        assert str(d) in err
+    assert list(junk.parent.glob(junk.name + ".damaged-*")) and str(junk) in err
+    assert list((state / "procs").glob("run_x-1.json.damaged-*"))
+    assert "process record is not valid JSON" in err
+
+
+async def test_damaged_run_files_are_tool_errors_naming_the_file(tmp_path: Path, nursery: trio.Nursery) -> None:
+    from .conftest import Env, start_daemon
+    from swarmbase import config
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    path, tokens = daemon_config(tmp_path, str(cli), sandbox="none")
+    env = Env(state=path.parent, tokens=tokens, cfg=config.load(path))
+    await start_daemon(nursery, env)
+    with trio.fail_after(60):
+        async with connect(env.ws, tokens["alice"]) as h:
+            await h.handshake()
+            rid = (await h.tool("run", {"script": "log('x'); return 5"}))["structuredContent"]["runId"]
+            await h.wait_notice(f"{rid}:end")
+            while rid in env.services.supervisor.live:      # its last writes are done
+                await trio.sleep(0.02)
+            d = next((env.state / "runs").glob(f"*-{rid}"))
+            (d / "phases.json").write_text("{not json")
+            st = await h.tool("status", {"runId": rid})
+            assert st["isError"] and "runs/" in st["content"][0]["text"] and "phases.json is damaged" in \
+                st["content"][0]["text"]
+            (d / "phases.json").write_text("[]")
+            (d / "result.json").write_bytes(b"\xff\xfe")
+            res = await h.tool("result", {"runId": rid})
+            assert res["isError"] and "result.json is damaged" in res["content"][0]["text"]
+            (d / "log.jsonl").unlink()
+            (d / "log.jsonl").mkdir()
+            st = await h.tool("status", {"runId": rid})
+            assert st["isError"] and "log.jsonl is damaged" in st["content"][0]["text"]
+            (d / "script.js").unlink()
+            again = await h.tool("resume", {"runId": rid})
+            assert again["isError"] and "script.js is damaged (missing)" in again["content"][0]["text"]
+            ok = (await h.tool("run", {"script": "return 6"}))["structuredContent"]["runId"]
+            assert (await h.wait_notice(f"{ok}:end"))["tags"][-1] == "swarmbase:completed"
+
+
+@pytest.mark.timeout(180)
+async def test_after_kill_9_the_runs_agents_are_marked_interrupted(tmp_path: Path) -> None:
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    path, tokens = daemon_config(tmp_path, str(cli), perRunConcurrency=3, maxConcurrentAgents=3)
+    script = "return await parallel(Array.from({length: 6}, (_, i) => () => agent(i < 2 ? 'noop' : 'sleep:60')))"
+    with trio.fail_after(150):
+        proc, ws = await start_cli_daemon(path)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                rid = (await h.tool("run", {"script": script}))["structuredContent"]["runId"]
+                d = path.parent / "runs"
+                while True:
+                    phases = json.loads((next(d.glob(f"*-{rid}")) / "phases.json").read_text() or "[]") \
+                        if list(d.glob(f"*-{rid}/phases.json")) else []
+                    states = [a["state"] for p in phases for a in p["agents"]]
+                    if states.count("running") == 3 and states.count("done") == 2:
+                        break
+                    await trio.sleep(0.05)
+        finally:
+            proc.kill()
+            await proc.wait()
+        proc, ws = await start_cli_daemon(path)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                st = (await h.tool("status", {"runId": rid}))["structuredContent"]
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+    states = sorted(a["state"] for p in st["phases"] for a in p["agents"])
+    assert st["status"] == "interrupted"
+    assert states == ["done", "done", "interrupted", "interrupted", "interrupted", "interrupted"]
+    run_dir = next((path.parent / "runs").glob(f"*-{rid}"))
+    records = [json.loads(p.read_text()) for p in run_dir.glob("agents/*/agent.json")]
+    assert sorted(r["state"] for r in records) == ["done"] * 2 + ["interrupted"] * 4
+
