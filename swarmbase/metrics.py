@@ -69,11 +69,10 @@ class _StateCollector:
         outbox = getattr(services, "outbox", None)
         depth = GaugeMetricFamily("swarmbase_outbox_depth", "Run-end notices waiting for their caller's host",
                                   labels=["caller"])
-        per_caller: dict[str, int] = {}
-        for e in list(getattr(outbox, "entries", [])):
-            per_caller[e.get("caller", "?")] = per_caller.get(e.get("caller", "?"), 0) + 1
-        for caller, n in sorted(per_caller.items()):
-            depth.add_metric([caller], n)
+        cfg = getattr(services, "cfg", None)
+        if outbox is not None and cfg is not None:
+            for caller in sorted(c.name for c in cfg.callers):
+                depth.add_metric([caller], len(outbox.pending(caller)))
         yield depth
         yield GaugeMetricFamily("swarmbase_damaged_files", "Files quarantined at boot",
                                 value=len(getattr(sup, "damaged", []) or []))
