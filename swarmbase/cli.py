@@ -1,4 +1,6 @@
-"""`swarmbase` / `python -m swarmbase`: serve (default), add-caller NAME, check-config, admin-link LOGIN."""
+"""`swarmbase` / `python -m swarmbase`: serve (default), add-caller NAME, check-config,
+admin-link LOGIN, audit RUN_ID, usage. audit and usage only read the state dir (the config's
+folder): they work without a valid config and beside a running daemon."""
 
 from __future__ import annotations
 
@@ -96,7 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check-config", help="validate the config and exit")
     link = sub.add_parser("admin-link", help="print a one-time link that signs a browser in as a dashboard admin")
     link.add_argument("login", help="a login listed in dashboard.adminLogins")
+    audit = sub.add_parser("audit", help="a run's tree (and what it resumed or nested) with every hash chain verified")
+    audit.add_argument("run_id", metavar="RUN_ID")
+    audit.add_argument("--json", action="store_true", help="print JSON instead of the text tree")
+    usage = sub.add_parser("usage", help="spend per day, caller, engine and model, from the agent records")
+    usage.add_argument("--from", dest="start", metavar="YYYY-MM-DD", help="first day (UTC); default 29 days before --to")
+    usage.add_argument("--to", dest="end", metavar="YYYY-MM-DD", help="last day (UTC), inclusive; default today")
+    usage.add_argument("--caller", metavar="NAME", help="only this caller")
+    usage.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
+    if args.cmd == "audit":
+        from .audit.render import audit_command
+        return audit_command(config.config_path().parent, args.run_id, args.json)
+    if args.cmd == "usage":
+        from .usage import usage_command
+        return usage_command(config.config_path().parent, args.start, args.end, args.caller, args.json)
     logging.basicConfig(level=logging.INFO, format="swarmbase: %(levelname)s %(name)s: %(message)s")
     if getattr(args, "syslog", False):
         _add_syslog()

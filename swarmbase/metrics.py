@@ -1,0 +1,224 @@
+"""Prometheus metrics at GET /metrics (the official prometheus-client, text format 0.0.4).
+
+Counters move through the observer methods (contracts.md, observer seam): runs started and
+ended, agents ended, spend and tokens by caller and engine, notices delivered and failed.
+Gauges are read from the supervisor when scraped: runs by status, active runs, agents by
+engine and state, the outbox depth, damaged files, SSE clients, and the event-loop lag a
+small trio task measures as sleep overshoot.
+
+Access: a request that came through the tailnet (it carries Tailscale-User-Login) needs a
+login listed in dashboard.adminLogins; a plain loopback request (a local Prometheus) is
+served. The dashboard's Host allowlist applies as to every route.
+
+Each daemon gets its own registry (not prometheus_client's global one), so several daemons
+in one process (tests) never share counters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from quart import Blueprint, Quart, Response, request
+
+from . import __version__
+
+RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
+WAITING_STATES = ("queued", "waiting-budget", "waiting-node", "running")
+LAG_INTERVAL_S = 0.5
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+LOCAL_PEERS = {"127.0.0.1", "::1", "<local>"}     # "<local>": no network peer (in-process clients)
+
+
+class _StateCollector:
+    """Gauges computed from the supervisor at scrape time."""
+
+    def __init__(self, metrics: "Metrics") -> None:
+        self.m = metrics
+
+    def describe(self) -> list[Metric]:
+        return []        # nothing to check at registration; collect() reads live state
+
+    def collect(self) -> Iterator[Metric]:
+        services = self.m.services
+        sup = getattr(services, "supervisor", None)
+        runs = list(getattr(sup, "runs", {}).values())
+        by_status = GaugeMetricFamily("swarmbase_runs", "Runs the daemon holds, by status", labels=["status"])
+        counts = {s: 0 for s in RUN_STATUSES}
+        for r in runs:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        for s, c in counts.items():
+            by_status.add_metric([s], c)
+        yield by_status
+        yield GaugeMetricFamily("swarmbase_active_runs", "Runs queued or running",
+                                value=sum(1 for r in runs if r.status in ("queued", "running")))
+        agents = GaugeMetricFamily("swarmbase_agents", "Agents of runs in flight, by engine and state",
+                                   labels=["engine", "state"])
+        tally: dict[tuple[str, str], int] = {}
+        for live in list(getattr(sup, "live", {}).values()):
+            for rec in list(getattr(live, "agents", {}).values()):
+                if rec.state in WAITING_STATES:
+                    tally[(rec.engine, rec.state)] = tally.get((rec.engine, rec.state), 0) + 1
+        for engine in sorted({e for e, _ in tally} | {"claude"}):
+            for state in WAITING_STATES:
+                agents.add_metric([engine, state], tally.get((engine, state), 0))
+        yield agents
+        outbox = getattr(services, "outbox", None)
+        depth = GaugeMetricFamily("swarmbase_outbox_depth", "Run-end notices waiting for their caller's host",
+                                  labels=["caller"])
+        cfg = getattr(services, "cfg", None)
+        if outbox is not None and cfg is not None:
+            for caller in sorted(c.name for c in cfg.callers):
+                depth.add_metric([caller], len(outbox.pending(caller)))
+        yield depth
+        yield GaugeMetricFamily("swarmbase_damaged_files", "Files quarantined at boot",
+                                value=len(getattr(sup, "damaged", []) or []))
+        yield GaugeMetricFamily("swarmbase_sse_clients", "Open dashboard event streams", value=self.m.sse_clients)
+        info = GaugeMetricFamily("swarmbase_info", "The daemon's version", labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info
+
+
+class Metrics:
+    """The registry, the counters, and the observer methods that move them."""
+
+    def __init__(self, services: Any = None) -> None:
+        self.services = services
+        self.sse_clients = 0
+        r = self.registry = CollectorRegistry(auto_describe=False)
+        self.runs_started = Counter("swarmbase_runs_started", "Runs started", ["caller"], registry=r)
+        self.runs_ended = Counter("swarmbase_runs_ended", "Runs ended, by final status", ["caller", "status"],
+                                  registry=r)
+        self.agents_ended = Counter("swarmbase_agents_ended", "Agents ended, by engine and final state",
+                                    ["caller", "engine", "state"], registry=r)
+        self.agents_replayed = Counter("swarmbase_agents_replayed", "Agents answered from the journal",
+                                       ["caller", "engine"], registry=r)
+        self.spend = Counter("swarmbase_spend_usd", "Settled agent spend in USD (estimates included)",
+                             ["caller", "engine"], registry=r)
+        self.tokens = Counter("swarmbase_tokens", "Agent tokens, by kind", ["caller", "engine", "kind"], registry=r)
+        self.notices_delivered = Counter("swarmbase_notices_delivered", "Run-end notices accepted by a host",
+                                         ["caller"], registry=r)
+        self.notice_failures = Counter("swarmbase_notice_delivery_failures",
+                                       "Run-end notice pushes that failed (each retry counts)", ["caller"],
+                                       registry=r)
+        self.loop_lag = Histogram("swarmbase_event_loop_lag_seconds", "How late the event loop woke a sleeper",
+                                  buckets=LAG_BUCKETS, registry=r)
+        self.loop_lag_last = Gauge("swarmbase_event_loop_lag_last_seconds", "The last event-loop lag sample",
+                                   registry=r)
+        ProcessCollector(registry=r)
+        r.register(_StateCollector(self))
+
+    # -- observer methods -----------------------------------------------------------
+    def run_started(self, run: Any) -> None:
+        self.runs_started.labels(run.caller).inc()
+
+    def run_ended(self, run: Any) -> None:
+        self.runs_ended.labels(run.caller, run.status).inc()
+
+    def agent_started(self, run: Any, rec: Any) -> None:
+        pass
+
+    def agent_ended(self, run: Any, rec: Any) -> None:
+        self.agents_ended.labels(run.caller, rec.engine, rec.state).inc()
+        if rec.replayed:
+            self.agents_replayed.labels(run.caller, rec.engine).inc()
+            return
+        if rec.cost_usd > 0:
+            self.spend.labels(run.caller, rec.engine).inc(rec.cost_usd)
+        t = rec.tokens
+        for kind, n in (("input", t.input), ("output", t.output), ("cache_read", t.cache_read),
+                        ("cache_write", t.cache_write)):
+            if n > 0:
+                self.tokens.labels(run.caller, rec.engine, kind).inc(n)
+
+    def phase(self, run: Any, title: str, workflow: str = "") -> None:
+        pass
+
+    def workflow_started(self, run: Any, path: str, label: str | None = None) -> None:
+        pass
+
+    def workflow_ended(self, run: Any, path: str, ok: bool) -> None:
+        pass
+
+    def notice_failed(self, caller: str, event_id: str, reason: str) -> None:
+        self.notice_failures.labels(caller).inc()
+
+    def notice_delivered(self, caller: str, event_id: str) -> None:
+        self.notices_delivered.labels(caller).inc()
+
+    # -- the event-loop lag task ---------------------------------------------------------
+    def record_lag(self, seconds: float) -> None:
+        self.loop_lag.observe(seconds)
+        self.loop_lag_last.set(seconds)
+
+    async def watch_loop_lag(self, interval: float = LAG_INTERVAL_S, *,
+                             task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Sleep `interval` again and again; how much later than asked the loop woke us is
+        the lag (a blocking call on the loop shows here)."""
+        task_status.started()
+        while True:
+            t0 = trio.current_time()
+            await trio.sleep(interval)
+            self.record_lag(max(0.0, trio.current_time() - t0 - interval))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # -- counting SSE clients -------------------------------------------------------------
+    def count_sse(self, app: Quart) -> None:
+        """Wrap the app's ASGI entry: a response that starts as text/event-stream counts as
+        a client until its request ends."""
+        inner = app.asgi_app
+
+        async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope.get("type") != "http":
+                return await inner(scope, receive, send)
+            counted = False
+
+            async def send_counting(msg: dict[str, Any]) -> None:
+                nonlocal counted
+                if msg.get("type") == "http.response.start" and not counted and any(
+                        k.lower() == b"content-type" and v.startswith(b"text/event-stream")
+                        for k, v in msg.get("headers", [])):
+                    counted = True
+                    self.sse_clients += 1
+                await send(msg)
+
+            try:
+                await inner(scope, receive, send_counting)
+            finally:
+                if counted:
+                    self.sse_clients -= 1
+
+        app.asgi_app = asgi  # type: ignore[method-assign]
+
+
+def register_metrics(app: Quart, services: Any, metrics: Metrics | None = None) -> Metrics:
+    """GET /metrics on `app`. Returns the Metrics (add it to sup.observers and start its
+    watch_loop_lag task). Registering twice returns the first Metrics."""
+    if "metrics" in app.blueprints:
+        return app.extensions["swarmbase.metrics"]
+    m = metrics or Metrics(services)
+    app.extensions["swarmbase.metrics"] = m
+    m.services = services
+    admins = set(services.cfg.dashboard.adminLogins)
+    bp = Blueprint("metrics", __name__)
+
+    @bp.get("/metrics")
+    async def metrics_page() -> Response:
+        login = request.headers.get("Tailscale-User-Login")
+        if login is not None:
+            if login not in admins:
+                return Response(f"{login or 'this login'} is not listed in dashboard.adminLogins\n", status=403,
+                                content_type="text/plain")
+        elif request.remote_addr not in LOCAL_PEERS:
+            return Response("metrics are served to loopback or to admin logins\n", status=403,
+                            content_type="text/plain")
+        return Response(m.render(), status=200, content_type=CONTENT_TYPE_LATEST)
+
+    app.register_blueprint(bp)
+    m.count_sse(app)
+    return m
