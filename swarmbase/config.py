@@ -63,6 +63,14 @@ class Engines:
 
 
 @attrs.frozen
+class Telemetry:
+    """OpenTelemetry traces over OTLP/HTTP; off unless an endpoint is named here or in the
+    standard OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT variables."""
+    otlpEndpoint: Optional[str] = _f("otlpEndpoint", None, pattern=r"^https?://[^\s]+$")
+    includeContent: bool = _f("includeContent", False)
+
+
+@attrs.frozen
 class Dashboard:
     adminLogins: list[str] = _f("adminLogins", factory=list)
 
@@ -118,6 +126,7 @@ class Config:
     perRunConcurrency: int = _f("perRunConcurrency", 8, lo=1, hi=1_000)
     maxAgentsPerRun: int = _f("maxAgentsPerRun", 200, lo=1, hi=100_000)
     dashboard: Dashboard = _f("dashboard", factory=Dashboard)
+    telemetry: Telemetry = _f("telemetry", factory=Telemetry)
     callers: list[Caller] = _f("callers", factory=list)
     prices: dict[str, PriceRow] = _f("prices", factory=dict)
     deleteWorkOnEnd: bool = _f("deleteWorkOnEnd", True)
@@ -240,7 +249,8 @@ def _check_object(cls: type, value: Any, path: str) -> None:
 
 def _converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
-    for cls in (ClaudeEngine, CodexEngine, Engines, Dashboard, DefaultModels, ModelLists, PriceRow, Caller, Config):
+    for cls in (ClaudeEngine, CodexEngine, Engines, Dashboard, Telemetry, DefaultModels, ModelLists, PriceRow, Caller,
+                Config):
         overrides = {a.name: override(rename=a.metadata["key"]) if a.metadata.get("key") else override(omit=True)
                      for a in attrs.fields(cls)}
         conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **overrides))

@@ -30,11 +30,13 @@ from .engines.codex_agent import CodexEngine
 from .engines.meter import Meter
 from .launch.local import LocalLauncher
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
+from .metrics import Metrics, register_metrics
 from .outbox import Outbox
 from .runner import RunnerLimits
 from .runs.store import RunStore
 from .runs.supervisor import AgentService, Supervisor
 from .statelock import StateLock
+from .telemetry import make_trace_observer
 
 log = logging.getLogger("swarmbase")
 
@@ -49,6 +51,7 @@ class Services:
     meter: Meter | None = None
     launcher: LocalLauncher | None = None
     drain: trio.Event = attrs.Factory(trio.Event)
+    metrics: Metrics | None = None
 
 
 def caller_secrets(cfg: Config) -> list[str]:
@@ -84,7 +87,11 @@ def build_services(cfg: Config, agents: AgentService | None = None,
         engines["codex"] = CodexEngine(cfg, meter, deny=lambda: codex_deny_list(cfg, sup))
     if agents is None:
         sup.agents.engines.update(engines)
-    return Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter, launcher=launcher)
+    services = Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter,
+                        launcher=launcher)
+    services.metrics = Metrics(services)
+    sup.observers.append(services.metrics)
+    return services
 
 
 def codex_deny_list(cfg: Config, sup: Supervisor) -> list[str]:
@@ -117,6 +124,8 @@ class _QuartTransport:
 
 def make_app(services: Services) -> QuartTrio:
     from dashboard.app import register as register_dashboard
+    from dashboard.audit_view import register_audit
+    from dashboard.spend import register_spend
 
     app = QuartTrio("swarmbase", static_folder=None)   # the dashboard serves its own assets
     app.config["RESPONSE_TIMEOUT"] = None   # SSE streams must not be cut at 60 s
@@ -149,6 +158,9 @@ def make_app(services: Services) -> QuartTrio:
         await session.close(CLOSE_GOING_AWAY, "server shutting down")
 
     register_dashboard(app, services)
+    register_spend(app, services)
+    register_audit(app, services)
+    register_metrics(app, services, services.metrics)
     return app
 
 
@@ -174,6 +186,11 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))
     stop = trio.Event() if stop is None else stop
     app = make_app(services)
+    # Off unless telemetry.otlpEndpoint or OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set; only
+    # then is OpenTelemetry imported. Content (includeContent) is redacted like the records.
+    tracer = make_trace_observer(cfg, redactor_for=lambda run_id: services.supervisor.redact)
+    if tracer is not None:
+        services.supervisor.observers.append(tracer)
     hc = hypercorn.config.Config()
     hc.bind = [f"127.0.0.1:{cfg.port}"]
     hc.accesslog = None
@@ -198,11 +215,14 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         services.outbox.close()
         services.drain.set()
         services.supervisor.events.wake_all()   # SSE streams see the drain and end
+        if tracer is not None:
+            await tracer.aclose(3.0)             # flush within 3 s; a dead collector is left behind
         await trio.sleep(0.1)
 
     async with trio.open_nursery() as nursery:
         if services.meter is not None:
             await nursery.start(serve_meter, services.meter)
+        nursery.start_soon(services.metrics.watch_loop_lag)
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
         await nursery.start(partial(services.supervisor.serve, resume=resume))
         nursery.start_soon(services.outbox.maintain)

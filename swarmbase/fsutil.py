@@ -70,6 +70,17 @@ def _named(e: BaseException, path: Path) -> BaseException:
     return e
 
 
+def append_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Append lines that are already bytes (sealed chain entries: written as sealed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_all(fd: int, data: bytes) -> None:
     """os.write until every byte is out (a filling disk may take part of a write)."""
     view = memoryview(data)

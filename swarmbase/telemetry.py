@@ -157,7 +157,9 @@ class TraceObserver:
 
         from . import __version__
         if exporter is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                OTLPSpanExporter,
+            )
             exporter = OTLPSpanExporter(endpoint=endpoint)
         self.include_content = include_content
         self.redactor_for = redactor_for

@@ -322,7 +322,7 @@ async def test_security_headers_and_error_pages(dash: Env, monkeypatch: pytest.M
             html = (await c.get(path)).text
             # Every script is a file of ours or inert JSON data; no inline style attributes.
             for attrs in re.findall(r"<script([^>]*)>", html):
-                assert 'src="/static/' in attrs or 'type="application/json"' in attrs, (path, attrs)
+                assert re.search(r'src="/(audit/)?static/', attrs) or 'type="application/json"' in attrs, (path, attrs)
             assert " style=" not in html and "<style" not in html and " on" + "click=" not in html, path
         # The empty phase is collapsed to one line.
         assert '<details class="phase empty-phase" data-phase="empty"' in (await c.get(f"/runs/{run.id}")).text

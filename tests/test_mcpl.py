@@ -84,7 +84,7 @@ async def test_handshake_mcpl_05(running: Env) -> None:
             assert h.receipt == {"accepted": True, "unavailableFeatures": [], "notes": []}
             tools = (await h.request("tools/list"))["tools"]
             assert [t["name"] for t in tools] == ["run", "status", "result", "cancel", "resume", "list", "guide",
-                                                   "workflows", "save_workflow"]
+                                                   "workflows", "save_workflow", "usage"]
             assert all(t["inputSchema"]["type"] == "object" for t in tools)
             assert await h.request("ping") == {}
 
@@ -122,7 +122,7 @@ async def test_plain_mcp_client_gets_tools_but_no_mcpl(running: Env) -> None:
         async with connect(running.ws, running.tokens["alice"]) as h:
             init = await h.handshake(None)
             assert init["capabilities"] == {"tools": {}}
-            assert len((await h.request("tools/list"))["tools"]) == 9
+            assert len((await h.request("tools/list"))["tools"]) == 10
             res = await h.tool("guide", {"topic": "determinism"})
             assert "Math.random()" in res["structuredContent"]["text"]
             with pytest.raises(RpcFailure) as ei:

@@ -18,7 +18,7 @@ from swarmbase import config, daemon, usage
 
 from .audit_runs import AgentSpec, lines, run_dir, write_lines, write_run
 from .conftest import write_config
-from .test_dashboard_browser import ARTIFACTS, browser, in_thread, wait_for  # noqa: F401  (fixture)
+from .test_dashboard_browser import browser, in_thread, wait_for  # noqa: F401  (fixture)
 
 HOST = {"Host": "127.0.0.1:7360"}
 
@@ -91,7 +91,9 @@ async def test_run_audit_verdict(services: Any) -> None:
 
 
 @pytest.mark.timeout(120)
-async def test_chart_drawn_in_chromium(services: Any, nursery: trio.Nursery, browser: Any) -> None:  # noqa: F811
+async def test_chart_drawn_in_chromium(services: Any, nursery: trio.Nursery, browser: Any,  # noqa: F811
+                                       tmp_path: Path) -> None:
+    shots = tmp_path
     from selenium.webdriver.common.by import By
     url = await nursery.start(daemon.serve_on_loopback, app_for(services))
 
@@ -111,7 +113,6 @@ async def test_chart_drawn_in_chromium(services: Any, nursery: trio.Nursery, bro
                  .get_attribute("aria-label"))
         # bob's codex agent has tokens but no price: it shows on the tokens chart only
         assert len(browser.find_elements(By.CSS_SELECTOR, 'figure[data-caller="bob"] rect.bar')) == 1
-        ARTIFACTS.mkdir(exist_ok=True)
-        browser.save_screenshot(str(ARTIFACTS / "dashboard-spend.png"))
+        browser.save_screenshot(str(shots / "dashboard-spend.png"))
 
     await in_thread(look)

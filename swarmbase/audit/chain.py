@@ -42,8 +42,8 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-from typing import Any, Iterable, Literal
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from typing import Any, Iterable, Literal
 
 import attrs
 

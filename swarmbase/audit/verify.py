@@ -18,7 +18,6 @@ from . import chain, seal
 from .chain import NOT_SEALED, Break, ChainResult
 from .rundirs import RunIndex, agent_numbers, read_bytes
 
-
 ENDED_STATUSES = ("completed", "failed", "cancelled", "interrupted")
 
 

@@ -186,7 +186,12 @@ class Session:
             self._on_notification(msg, nursery)
             return
         try:
-            value = self._handle(msg, nursery)
+            if msg.method == "tools/call" and self.initialized and self.caller is not None \
+                    and tools.runs_in_thread(msg.params):
+                # `usage` reads agent records from disk: keep that off the event loop.
+                value = await trio.to_thread.run_sync(tools.call, self.sup, self.caller, msg.params)
+            else:
+                value = self._handle(msg, nursery)
             await self.send(jsonrpc.result(msg.id, value))
         except RpcError as e:
             await self.send(jsonrpc.error(msg.id, e))

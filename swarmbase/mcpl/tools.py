@@ -8,10 +8,10 @@ from typing import Any, Callable
 
 import jsonschema
 
-from .. import guide
+from .. import guide, usage
 from ..config import Caller
-from ..runs.model import STATUSES, TERMINAL
 from ..runs import workflows
+from ..runs.model import STATUSES, TERMINAL
 from ..runs.store import DamagedFile
 from ..runs.supervisor import EFFORTS, RunRefused, Supervisor
 from .jsonrpc import INVALID_PARAMS, RpcError
@@ -114,6 +114,7 @@ TOOLS: list[dict[str, Any]] = [
             "script": {"type": "string", "minLength": 1, "maxLength": MAX_SCRIPT_CHARS}},
             "required": ["name", "script"], "additionalProperties": False},
     },
+    usage.TOOL,
 ]
 
 _VALIDATORS = {t["name"]: jsonschema.Draft202012Validator(t["inputSchema"]) for t in TOOLS}
@@ -228,9 +229,23 @@ def _save_workflow(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[s
     return {"name": a["name"], "saved": True}
 
 
+THREADED = {"usage"}    # tools that read many files: the session runs them in a worker thread
+
+
+def runs_in_thread(params: Any) -> bool:
+    return isinstance(params, dict) and params.get("name") in THREADED
+
+
+def _usage(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return usage.tool_handler(sup, caller, a)
+    except usage.UsageError as e:
+        raise ToolError(str(e)) from None
+
+
 HANDLERS: dict[str, Callable[[Supervisor, Caller, dict[str, Any]], dict[str, Any]]] = {
     "run": _run, "status": _status, "result": _result, "cancel": _cancel, "resume": _resume, "list": _list,
-    "guide": _guide, "workflows": _workflows, "save_workflow": _save_workflow,
+    "guide": _guide, "workflows": _workflows, "save_workflow": _save_workflow, "usage": _usage,
 }
 
 
@@ -238,6 +253,8 @@ def render(name: str, value: dict[str, Any]) -> str:
     """The text rendering beside structuredContent, for hosts that show only text."""
     if name == "guide":
         return value["text"]
+    if name == "usage":
+        return usage.render_table(value)
     if name == "result":
         more = f"\n[{value['nextOffset']} of {value['totalChars']} chars shown; call result with offset " \
                f"{value['nextOffset']} for more]" if value["nextOffset"] is not None else ""

@@ -28,9 +28,8 @@ from ..engines.base import AgentIO, AgentJob, Engine, LiveUsage
 from ..engines.strict_schema import StrictSchemaError, strict
 from ..engines.verdict import Verdict
 from ..runner import AgentCallError
-from . import records
+from . import nudge, records, worktrees
 from .agent_opts import AgentOptions, OptionError, resolve
-from . import nudge, worktrees
 from .budget import MIN_USD, BudgetSpent
 from .model import iso
 from .records import AgentRecord, Transcript, redact_value

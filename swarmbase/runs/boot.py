@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import fsutil, notices
+from ..audit.rundirs import agent_files, chains_from_disk, end_files
 from ..procs import reap_recorded_groups
 from .model import TERMINAL, Run
 from .records import ENDED, AgentRecord
@@ -74,9 +75,13 @@ def _interrupt(sup: "Supervisor", run: Run) -> None:
     queued = sup.outbox.notice(notices.event_id(run.id))
     ended = next((t.split(":", 1)[1] for t in (queued or {}).get("tags", [])
                   if t.startswith("swarmbase:") and t.split(":", 1)[1] in TERMINAL), None)
+    d = sup.store.dir(run)
+    chains = chains_from_disk(d, run.link) if run.link is not None else None
     if ended is not None:
         run.set_status(ended, now, reason="recorded at boot from its queued end notice")
         try:
+            if chains is not None:            # seal it as it is on disk
+                run.end = chains.end_record(run.to_json(), end_files(d))
             sup.store.save(run)
         except OSError as e:
             log.error("run %s: could not record its end: %s", run.id, e)
@@ -84,18 +89,20 @@ def _interrupt(sup: "Supervisor", run: Run) -> None:
     run.set_status("interrupted", now, reason=INTERRUPTED)
     run.error = f"interrupted: {INTERRUPTED}"
     try:
-        _interrupt_agents(sup, run)
+        _interrupt_agents(sup, run, chains)
     except (DamagedFile, OSError) as e:
         log.warning("run %s: could not mark its agents interrupted: %s", run.id, e)
     try:
+        sup.store.append_log(run, f"run interrupted: {INTERRUPTED}", "error", chains)
+        if chains is not None:            # seal what the dead daemon left, as it is on disk
+            run.end = chains.end_record(run.to_json(), end_files(d))
         sup.store.save(run)
-        sup.store.append_log(run, f"run interrupted: {INTERRUPTED}", "error")
     except OSError as e:
         log.error("run %s: could not record the interruption: %s", run.id, e)
     sup.outbox.add(run.caller, notices.build(run, None, url=sup.run_url(run.id)))
 
 
-def _interrupt_agents(sup: "Supervisor", run: Run) -> None:
+def _interrupt_agents(sup: "Supervisor", run: Run, chains: Any = None) -> None:
     """Agents that were queued or running when the daemon died will never end: say so."""
     agents_dir = sup.store.dir(run) / "agents"
     done = 0
@@ -111,7 +118,10 @@ def _interrupt_agents(sup: "Supervisor", run: Run) -> None:
             if rec.state not in ENDED:
                 rec.error = INTERRUPTED
                 rec.set_state("interrupted", error=INTERRUPTED)
-                fsutil.write_json(d / "agent.json", rec.to_json(), durable=False)
+                data = rec.to_json()
+                if chains is not None:    # now final: sealed like any ended agent's record
+                    data = chains.agent_record(rec.n, data, agent_files(d))
+                fsutil.write_json(d / "agent.json", data, durable=False)
             done += 1
     phases = sup.store.phases(run)
     for phase in phases:

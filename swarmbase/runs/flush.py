@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from .. import fsutil
+from ..audit.rundirs import agent_files, end_files
 from .records import ENDED, AgentRecord
 
 if TYPE_CHECKING:
@@ -61,18 +62,28 @@ async def write(sup: "Supervisor", live: "LiveRun", final: bool = False) -> None
     if not (logs or agents or phases is not None or run_json is not None):
         return
 
-    def io() -> None:
-        for path, data, durable in agents:
-            fsutil.write_json(path, data, durable=durable)
+    chains = live.chains
+
+    def io() -> dict[str, Any] | None:
+        for path, data, ended in agents:
+            if ended and chains is not None:      # the agent's final record: sealed
+                data = chains.agent_record(int(path.parent.name), data, agent_files(path.parent))
+            fsutil.write_json(path, data, durable=ended)
         if phases is not None:
             fsutil.write_json(d / "phases.json", phases, durable=final)
         if logs:
-            fsutil.append_lines(d / "log.jsonl", logs)
+            sup.store.append_log_lines(run, logs, chains)
+        end = None
         if run_json is not None:
+            if final and chains is not None:      # seal the run: nothing is appended after this
+                end = run_json["end"] = chains.end_record(run_json, end_files(d))
             fsutil.write_json(d / "run.json", run_json)
+        return end
 
     try:
-        await trio.to_thread.run_sync(io)
+        end = await trio.to_thread.run_sync(io)
+        if end is not None:
+            run.end = end
     except OSError:
         w.log[:0] = logs
         w.phases_dirty = w.run_dirty = True

@@ -97,14 +97,28 @@ def load(path: Path) -> Loaded:
 class Journal:
     """Appends (fsync'd) to runs/<dir>/journal.jsonl."""
 
-    def __init__(self, path: Path, run_id: str, args_digest: str, carried: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, path: Path, run_id: str, args_digest: str, carried: list[dict[str, Any]] | None = None,
+                 chain: Any = None) -> None:
         self.path = path
-        fsutil.append_line(path, header(run_id, args_digest))
-        # Carry the old journal's successes forward so a resume of a resume replays them too.
+        self.chain = chain            # a swarmbase.audit.chain.ChainWriter, or None (unchained)
+        self._write(header(run_id, args_digest))
+        # Carry the old journal's successes forward so a resume of a resume replays them too
+        # (sealed again in this run's chain: their old prev/hash are replaced).
         for e in carried or []:
-            fsutil.append_line(path, e, durable=False)
+            self._write(e, durable=False)
         if carried:
             fsutil.fsync_file(path)
 
+    def _write(self, entry: dict[str, Any], durable: bool = True) -> None:
+        if self.chain is None:
+            fsutil.append_line(self.path, entry, durable=durable)
+            return
+        mark = self.chain.mark()
+        try:
+            fsutil.append_bytes(self.path, self.chain.seal_line(entry), durable=durable)
+        except BaseException:
+            self.chain.rollback(mark)
+            raise
+
     def append(self, entry: dict[str, Any]) -> None:
-        fsutil.append_line(self.path, entry)
+        self._write(entry)

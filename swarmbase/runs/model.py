@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from typing import Any, Optional
 
 import attrs
-
-import re
 
 RUN_ID = re.compile(r"^run_[0-9a-f]{12}$")
 ACTIVE = ("queued", "running")
@@ -58,7 +57,8 @@ class Run:
     timeout_ms: Optional[int] = None
     budget_warn_at: Optional[float] = None
     script_line: Optional[str] = None     # the script's first non-empty line (a label of last resort)
-    chains: Optional[dict[str, Any]] = None
+    link: Optional[dict[str, Any]] = None     # hash-chain link (swarmbase.audit.chain.run_link), set at start
+    end: Optional[dict[str, Any]] = None      # the sealed end record, set once when the run ends
 
     @property
     def active(self) -> bool:
@@ -96,7 +96,7 @@ class Run:
             "agentsTotal": self.agents_total, "agentsDone": self.agents_done,
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
             "resumedAs": self.resumed_as, "timeoutMs": self.timeout_ms, "budgetWarnAt": self.budget_warn_at,
-            "scriptLine": self.script_line, "chains": self.chains,
+            "scriptLine": self.script_line, "link": self.link, "end": self.end,
         }
 
     @classmethod
@@ -132,7 +132,9 @@ class Run:
             resumed_from=_str(d.get("resumedFrom")), resumed_as=_str(d.get("resumedAs")),
             timeout_ms=d.get("timeoutMs") if isinstance(d.get("timeoutMs"), int) else None,
             budget_warn_at=num("budgetWarnAt") if d.get("budgetWarnAt") is not None else None,
-            script_line=_str(d.get("scriptLine")), chains=d.get("chains") if isinstance(d.get("chains"), dict) else None,
+            script_line=_str(d.get("scriptLine")),
+            link=d.get("link") if isinstance(d.get("link"), dict) else None,
+            end=d.get("end") if isinstance(d.get("end"), dict) else None,
         )
 
     def summary(self) -> dict[str, Any]:

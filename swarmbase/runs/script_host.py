@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..runner import MAX_LOG_CHARS, AgentCallError, Answered, ScriptOutcome, run_script, runner_spec
+from ..runner import (
+    MAX_LOG_CHARS,
+    AgentCallError,
+    Answered,
+    ScriptOutcome,
+    run_script,
+    runner_spec,
+)
 from . import workflows
 from .records import redact_value
 from .workflows import WorkflowCall, WorkflowError, WorkflowScope
@@ -93,6 +100,7 @@ class ScriptHost:
         live.phases.append({"title": title, "workflow": path, "agents": []})
         live.writes.phases_dirty = True
         self.sup.events.publish(live.run.id, "phase", {"title": title, "workflow": path})
+        self.sup.notify("phase", live.run, title, path)
         self._log(f"phase: {title}" if not path else f"[{path}] phase: {title}")
 
     def log(self, message: str) -> None:

@@ -11,6 +11,7 @@ raises DamagedFile naming it, which tools turn into an error the caller can read
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import time
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .. import fsutil
+from ..audit.rundirs import chains_from_disk
 from .model import Run, iso, stamp
 from .records import AgentRecord
 
+log = logging.getLogger("swarmbase.store")
 RUN_DIR = re.compile(r"^\d{8}T\d{6}Z-run_[0-9a-f]{12}$")
 
 
@@ -99,14 +102,30 @@ class RunStore:
     def log_entry(message: str, level: str = "info", at: float | None = None) -> dict[str, Any]:
         return {"at": iso(time.time() if at is None else at), "level": level, "message": message}
 
-    def append_log(self, run: Run, message: str, level: str = "info") -> dict[str, Any]:
+    def append_log(self, run: Run, message: str, level: str = "info", chains: Any = None) -> dict[str, Any]:
         entry = self.log_entry(message, level)
-        fsutil.append_line(self.dir(run) / "log.jsonl", entry)
+        self.append_log_lines(run, [entry], chains)
         return entry
 
-    def append_log_lines(self, run: Run, entries: list[dict[str, Any]]) -> None:
-        if entries:
+    def append_log_lines(self, run: Run, entries: list[dict[str, Any]], chains: Any = None) -> None:
+        """Log lines, sealed in the run's chain when it has one. `chains`: the run's
+        RunChains if the caller holds it (a live run, boot); else picked up from the files."""
+        if not entries:
+            return
+        if run.end is not None:
+            # Sealed: a line after the end record reads as tampering to `audit`.
+            log.warning("run %s has ended; %d log line(s) not appended", run.id, len(entries))
+            return
+        if run.link is None:
             fsutil.append_lines(self.dir(run) / "log.jsonl", entries)
+            return
+        chains = chains or chains_from_disk(self.dir(run), run.link)
+        mark = chains.log.mark()
+        try:
+            fsutil.append_bytes(self.dir(run) / "log.jsonl", b"".join(chains.log.seal_line(e) for e in entries))
+        except BaseException:
+            chains.log.rollback(mark)
+            raise
 
     def recent_log(self, run: Run, n: int = 20) -> list[dict[str, Any]]:
         path = self.dir(run) / "log.jsonl"

@@ -21,6 +21,8 @@ import attrs
 import trio
 
 from .. import fsutil, notices
+from ..audit.rundirs import chains_from_disk, end_files
+from ..audit.seal import RunChains
 from ..config import PROFILES, Caller, Config
 from ..events import EventHub
 from ..outbox import Outbox
@@ -83,6 +85,7 @@ class LiveRun:
     warned: bool = False                                 # the budget warning went out
     depth: int = 0                                       # the root script; workflows count from 1
     workflow_calls: int = 0                              # workflow() calls made by the root script
+    chains: Any = None                  # the run's hash chains (swarmbase.audit.seal.RunChains)
 
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
@@ -220,6 +223,10 @@ class Supervisor:
             await trio.sleep(RESAVE_INTERVAL_S)
             for run_id, run in list(self.unsaved.items()):
                 try:
+                    if run.link is not None and run.end is None:     # its final flush failed: seal what is on disk
+                        d = self.store.dir(run)
+                        chains = await trio.to_thread.run_sync(chains_from_disk, d, run.link)
+                        run.end = chains.end_record(run.to_json(), await trio.to_thread.run_sync(end_files, d))
                     await trio.to_thread.run_sync(self.store.save, run)
                 except OSError:
                     continue
@@ -383,11 +390,16 @@ class Supervisor:
                   budget_warn_at=float(params.get("budgetWarnAt", caller.budgetWarnAt)),
                   script_line=first_line(params["script"]))
         run.history.append({"status": "queued", "at": iso(now)})
+        old = self.runs.get(run.resumed_from) if run.resumed_from else None
+        chains = RunChains.start(run.id, params["script"], resumed_from=run.resumed_from,
+                                 resumed_end=old.end if old else None)
+        run.link = chains.link
         try:
             self.store.create(run, params["script"])
-            live = LiveRun(run=run, caller=caller, slots=RunSlots(self.cfg.perRunConcurrency))
+            live = LiveRun(run=run, caller=caller, slots=RunSlots(self.cfg.perRunConcurrency), chains=chains)
             carry = list({e["key"]: e for e in carried.lines if e.get("ok")}.values()) if carried else []
-            live.journal = Journal(self.store.dir(run) / "journal.jsonl", run.id, live.args_digest, carry)
+            live.journal = Journal(self.store.dir(run) / "journal.jsonl", run.id, live.args_digest, carry,
+                                   chain=chains.journal)
         except OSError as e:
             fault = fsutil.disk_fault(e)
             if fault is not None:
