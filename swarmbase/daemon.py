@@ -48,6 +48,7 @@ class Services:
     hub: Hub
     meter: Meter | None = None
     launcher: LocalLauncher | None = None
+    ray: Any = None                       # the RayLauncher when placement.ray is configured
     drain: trio.Event = attrs.Factory(trio.Event)
 
 
@@ -84,7 +85,13 @@ def build_services(cfg: Config, agents: AgentService | None = None,
         engines["codex"] = CodexEngine(cfg, meter, deny=lambda: codex_deny_list(cfg, sup))
     if agents is None:
         sup.agents.engines.update(engines)
-    return Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter, launcher=launcher)
+    ray = None
+    if cfg.placement.ray is not None:
+        from .launch.ray import RayLauncher     # imports Ray itself only when it connects
+        ray = RayLauncher(cfg)
+        getattr(sup.agents, "launchers", {})["ray"] = ray
+    return Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter, launcher=launcher,
+                    ray=ray)
 
 
 def codex_deny_list(cfg: Config, sup: Supervisor) -> list[str]:
@@ -204,6 +211,8 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         if services.meter is not None:
             await nursery.start(serve_meter, services.meter)
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
+        if services.ray is not None:
+            await nursery.start(services.ray.serve)
         await nursery.start(partial(services.supervisor.serve, resume=resume))
         nursery.start_soon(services.outbox.maintain)
         async with trio.open_nursery() as web:

@@ -64,6 +64,7 @@ class Agents:
         self.sup = sup
         self.engines = dict(engines)
         self.launcher = launcher
+        self.launchers: dict[str, Any] = {"local": launcher}    # by placement; the daemon adds "ray"
         self.global_slots = trio.Semaphore(cfg.maxConcurrentAgents)
 
     @property
@@ -149,7 +150,7 @@ class Agents:
         rec.set_state("queued")
         self.sup.store.create_agent(rec, prompt, {**opts, "resolved": {
             "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile, "cwd": o.cwd,
-            "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd}})
+            "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd, "placement": o.placement}})
         live.add_agent(rec)
         self.sup.agent_changed(live, rec)
 
@@ -239,6 +240,9 @@ class Agents:
     async def _launch(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str, reserved: float,
                       reserved_tokens: int, usage: LiveUsage) -> Verdict:
         run = live.run
+        launcher = self.launchers.get(o.placement)
+        if launcher is None:
+            raise AgentCallError(f"agent(): placement {o.placement!r} is not available on this daemon")
         api_key = self._read_key(live)
         cwd = o.cwd or str(self.sup.store.work_dir(run))
         os.makedirs(cwd, exist_ok=True)
@@ -258,13 +262,16 @@ class Agents:
 
         def started(where: Mapping[str, Any]) -> None:
             rec.node = where.get("node") if isinstance(where.get("node"), str) else None
+            if rec.state == "waiting-node":          # placed: the CLI runs on its node now
+                rec.set_state("running", **({"node": rec.node} if rec.node else {}))
+                self.sup.agent_changed(live, rec)
 
         publish_line = getattr(self.sup.events, "publish_agent_line", None)
         transcript = Transcript(rec.dir / "transcript.jsonl", self.sup.redact,
                                 on_entry=(lambda entry: publish_line(run.id, rec.n, entry)) if publish_line else None)
-        io = AgentIO(launcher=self.launcher, transcript=transcript.append, usage=usage,
+        io = AgentIO(launcher=launcher, transcript=transcript.append, usage=usage,
                      usage_changed=usage_changed, started=started)
-        rec.set_state("running")
+        rec.set_state(getattr(launcher, "initial_state", "running"))
         self.sup.agent_changed(live, rec)
         engine = self.engines[o.engine]
         try:

@@ -1,0 +1,354 @@
+"""The Ray launcher: each agent is one Ray streaming task on a cluster node, its raw lines
+streamed back, while the daemon stays the one orchestrator (idle watchdog, transcript,
+verdict, costs, budgets, journal all stay here, above the launch seam).
+
+Design log (the prototype's figures and pitfalls: shared/notes/ray.md):
+- Task per agent, not an actor per node: Ray then does placement and queueing (a custom
+  resource, one unit per agent, plus a label selector), and a force cancel exists.
+  `max_retries=0`: an agent is not idempotent. `num_cpus=0`: the resource is the slot.
+- Ray is imported only here, lazily, from a thread (`ray.init` on the main thread would
+  replace the daemon's SIGTERM handler); a daemon that never places on Ray never loads it.
+- An agent is `waiting-node` until the node reports the CLI started. Ray never fails a
+  task no node can take (it stays pending), so the daemon checks `ray.nodes()` first and
+  fails such an agent at once, and cancels one still unplaced after startTimeoutMs (which
+  also covers a node whose worker cannot get a port).
+- The CLI on the node runs under a guardian (node/guardian.py): Ray kills only a dead
+  worker's direct children, and the CLI's own session would otherwise survive.
+- Records on each node are keyed by this daemon (`owner`, from its state dir) and its life
+  (`boot`); at boot and when a node joins, a task pinned to each agent node reaps what
+  earlier lives left and probes the node (CLI binary, shared roots, bubblewrap).
+- The API key is in the task's arguments only (the env the node gives the CLI), never in
+  argv, a runtime_env (Ray keeps and shows those) or a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..config import Config
+from ..node import workspace
+from . import ray_nodes
+from .local import REAP_AFTER_FINAL_S
+from .ray_stream import Ended, TaskStream
+from .spec import AGENT_DIR, LaunchSpec, OnLine, ProcResult, Started
+
+log = logging.getLogger("swarmbase.launch.ray")
+
+WATCH_S = 5.0              # how often the node list is refreshed (new nodes get checked)
+CHECK_TIMEOUT_S = 60.0
+RETRY_CONNECT_S = 10.0
+WORKSPACE_RETURN_S = 30.0  # after the final event, how long a shipped workspace may take to come back
+
+
+class PlacementError(Exception):
+    """Ray placement cannot be used right now; the message says why."""
+
+
+def daemon_owner(state_dir: Path) -> str:
+    """A stable id for this daemon (its state dir), kept in the state dir."""
+    path = state_dir / "ray-owner"
+    try:
+        value = path.read_text().strip()
+        if value:
+            return value
+    except OSError:
+        pass
+    value = secrets.token_hex(8)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+class RayLauncher:
+    initial_state = "waiting-node"      # until the node says the CLI started
+    confined = True                     # engines never get the unconfined fallbacks here
+
+    def __init__(self, cfg: Config) -> None:
+        assert cfg.placement.ray is not None
+        self.cfg = cfg
+        self.rc = cfg.placement.ray
+        self.owner = daemon_owner(cfg.state_dir)
+        self.boot = time.strftime("%Y%m%d%H%M%S") + "-" + secrets.token_hex(4)
+        self.limiter = trio.CapacityLimiter(cfg.maxConcurrentAgents * 2 + 8)
+        self.runs_root = str(cfg.state_dir / "runs")
+        self._ray: Any = None
+        self._agent_fn: Any = None
+        self._check_fn: Any = None
+        self._connect_lock = trio.Lock()
+        self.error: str | None = None
+        self._error_at = 0.0
+        self.nodes: list[dict[str, Any]] = []
+        self.nodes_at = 0.0
+        self.checks: dict[str, dict[str, Any]] = {}      # node id -> probe result (or error)
+        self.running: dict[str, dict[str, Any]] = {}     # agent key -> where it runs
+        self.spawned = 0
+        self._warned_sandbox: set[str] = set()
+
+    # -- connecting ---------------------------------------------------------------------
+    def _init(self) -> Any:
+        os.environ.pop("RAY_AUTH_TOKEN", None)
+        os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.rc.tokenFile))
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        import ray
+
+        from ..node.agent import run_agent
+        from ..node.probe import check_node
+        ray.init(address=self.rc.address, namespace="swarmbase", log_to_driver=False,
+                 logging_level=logging.WARNING, ignore_reinit_error=True)
+        self._agent_fn = ray.remote(run_agent)
+        self._check_fn = ray.remote(check_node)
+        return ray
+
+    async def connect(self) -> Any:
+        async with self._connect_lock:
+            if self._ray is not None:
+                return self._ray
+            if self.error and time.monotonic() - self._error_at < RETRY_CONNECT_S:
+                raise PlacementError(self.error)
+            try:
+                self._ray = await trio.to_thread.run_sync(self._init)
+            except Exception as e:  # unreachable, wrong token, version mismatch: said on every ray agent
+                self.error = f"cannot connect to the Ray cluster at {self.rc.address}: {type(e).__name__}: {e}"[:500]
+                self._error_at = time.monotonic()
+                log.error("%s", self.error)
+                raise PlacementError(self.error) from None
+            self.error = None
+            log.info("connected to the Ray cluster at %s (owner %s, boot %s)", self.rc.address, self.owner, self.boot)
+            return self._ray
+
+    async def refresh_nodes(self) -> list[dict[str, Any]]:
+        ray = await self.connect()
+        self.nodes = await trio.to_thread.run_sync(ray.nodes)
+        self.nodes_at = time.time()
+        return self.nodes
+
+    def _eligible(self, node: dict[str, Any]) -> bool:
+        return ray_nodes.eligible(node, self.rc.resource, self.rc.labels)
+
+    # -- the node watcher: reaper and probe per agent node --------------------------------
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect, then every WATCH_S refresh the node list; each agent node not yet
+        checked this boot gets the reaper and the probe."""
+        nonces = self._write_probe_files()
+        task_status.started()
+        try:
+            while True:
+                try:
+                    nodes = await self.refresh_nodes()
+                    async with trio.open_nursery() as n:
+                        for node in nodes:
+                            if node.get("Alive") and self._eligible(node) and node["NodeID"] not in self.checks:
+                                n.start_soon(self._check, node, nonces)
+                except PlacementError:
+                    pass
+                await trio.sleep(WATCH_S)
+        finally:
+            for root, name, _ in nonces:
+                try:
+                    os.unlink(os.path.join(root, name))
+                except OSError:
+                    pass
+
+    def _write_probe_files(self) -> list[tuple[str, str, str]]:
+        out = []
+        for root in self.rc.sharedRoots:
+            name, nonce = f".swarmbase-probe-{self.owner}-{self.boot}", secrets.token_hex(16)
+            try:
+                fd = os.open(os.path.join(root, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                with os.fdopen(fd, "w") as f:
+                    f.write(nonce)
+            except OSError as e:
+                log.error("placement.ray.sharedRoots: cannot write a probe file in %s: %s", root, e.strerror)
+            out.append((root, name, nonce))
+        return out
+
+    async def _check(self, node: dict[str, Any], nonces: list[tuple[str, str, str]]) -> None:
+        ray, node_id = self._ray, node["NodeID"]
+        self.checks[node_id] = {"pending": True}
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        cli = self.cfg.engines.claude.bin if self.cfg.engines.claude else ""
+
+        def call() -> Any:
+            ref = self._check_fn.options(
+                num_cpus=0, max_retries=0, name="swarmbase-node-check",
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
+                    self.owner, self.boot, cli, nonces)
+            return ray.get(ref, timeout=CHECK_TIMEOUT_S)
+
+        try:
+            result = await trio.to_thread.run_sync(call, limiter=self.limiter)
+        except Exception as e:
+            result = {"error": ray_nodes.describe_failure(e, ray_nodes.node_name(node))}
+            log.warning("node %s: check failed: %s", node_id, result["error"])
+        else:
+            reaped = result.get("reaped") or {}
+            if reaped.get("killed"):
+                log.warning("node %s: reaped %d leftover agent processes of an earlier daemon life",
+                            ray_nodes.node_name(node), reaped["killed"])
+        result["checkedAt"] = time.time()
+        self.checks[node_id] = result
+
+    def view(self) -> dict[str, Any]:
+        """For the dashboard's nodes page."""
+        rows = []
+        for node in self.nodes:
+            nid = node.get("NodeID", "")
+            rows.append({"id": nid, "name": ray_nodes.node_name(node), "alive": bool(node.get("Alive")),
+                         "eligible": self._eligible(node), "labels": node.get("Labels") or {},
+                         "slots": (node.get("Resources") or {}).get(self.rc.resource, 0),
+                         "check": self.checks.get(nid),
+                         "running": [dict(a, key=k) for k, a in self.running.items() if a.get("nodeId") == nid]})
+        return {"address": self.rc.address, "resource": self.rc.resource, "labels": dict(self.rc.labels),
+                "connected": self._ray is not None, "error": self.error, "refreshedAt": self.nodes_at,
+                "owner": self.owner, "boot": self.boot, "nodes": rows, "free": self._free()}
+
+    def _free(self) -> float | None:
+        if self._ray is None:
+            return None
+        try:
+            return float(self._ray.available_resources().get(self.rc.resource, 0))
+        except Exception:
+            return None
+
+    # -- one agent ------------------------------------------------------------------------
+    async def _where_to(self, spec: LaunchSpec) -> tuple[bytes | None, bool]:
+        """(the shipped workspace or None, whether edits come back); PlacementError if the
+        cwd cannot be reached from a node."""
+        if ray_nodes.under(spec.cwd, self.rc.sharedRoots):
+            return None, False
+        if not ray_nodes.is_run_work_dir(spec.cwd, self.runs_root):
+            raise PlacementError(f"placement ray: the agent's cwd {spec.cwd} is not under placement.ray.sharedRoots "
+                                 "(a filesystem every node mounts at the same path)")
+        try:
+            data = await trio.to_thread.run_sync(workspace.pack, Path(spec.cwd))
+        except workspace.WorkspaceTooLarge as e:
+            raise PlacementError(f"placement ray: the run's work dir is too large to ship to a node ({e}); "
+                                 "put it on a shared root (placement.ray.sharedRoots)") from None
+        return data, spec.cwd in spec.write
+
+    async def _feasible(self) -> None:
+        why = ray_nodes.infeasible(self.nodes, self.rc.resource, self.rc.labels) if self.nodes else "unknown"
+        if why is not None:                       # stale or empty list: ask again before failing
+            why = ray_nodes.infeasible(await self.refresh_nodes(), self.rc.resource, self.rc.labels)
+        if why is not None:
+            raise PlacementError(why)
+
+    def _payload(self, spec: LaunchSpec, return_workspace: bool) -> dict[str, Any]:
+        return {"v": 1, "owner": self.owner, "boot": self.boot, "key": spec.key, "argv": list(spec.argv),
+                "env": dict(spec.env), "cwd": spec.cwd, "files": dict(spec.files), "dirs": list(spec.dirs),
+                "stdin_file": spec.stdin_file, "read": list(spec.read), "write": list(spec.write),
+                "network": spec.network, "rlimits": spec.limits.rlimits(), "sandbox": self.cfg.sandbox_mode,
+                "placeholder": AGENT_DIR, "return_workspace": return_workspace}
+
+    def _submit(self, payload: dict[str, Any], shipped: bytes | None) -> Any:
+        opts: dict[str, Any] = {"num_returns": "streaming", "max_retries": 0, "num_cpus": 0,
+                                "resources": {self.rc.resource: 1}, "name": f"swarmbase-agent-{payload['key']}"}
+        if self.rc.labels:
+            opts["label_selector"] = dict(self.rc.labels)
+        return self._agent_fn.options(**opts).remote(payload, shipped)
+
+    async def run(self, spec: LaunchSpec, on_line: OnLine, started: Started | None = None) -> ProcResult:
+        res = ProcResult()
+        try:
+            ray = await self.connect()
+            shipped, returns = await self._where_to(spec)
+            await self._feasible()
+            gen = await trio.to_thread.run_sync(self._submit, self._payload(spec, returns), shipped)
+        except PlacementError as e:
+            res.error = str(e)
+            return res
+        stream = TaskStream(ray, gen, self.limiter)
+        exit_seen = False
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stream.reader)
+                try:
+                    exit_seen = await self._consume(spec, stream, on_line, started, res)
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await stream.stop(ended_normally=exit_seen)
+        finally:
+            self.running.pop(spec.key, None)
+        return res
+
+    async def _consume(self, spec: LaunchSpec, stream: TaskStream, on_line: OnLine, started: Started | None,
+                       res: ProcResult) -> bool:
+        """Read the task's items into `res`; True once the node reported the CLI's exit."""
+        first: Any = None
+        with trio.move_on_after(self.rc.startTimeoutMs / 1000):
+            first = await stream.items.receive()
+        if first is None:
+            res.error = (f"no node of the Ray cluster took the agent within {self.rc.startTimeoutMs} ms "
+                         "(placement.ray.startTimeoutMs): every agent slot stayed busy, or a node could not "
+                         "start a worker")
+            return False
+        return await self._after_start(spec, stream, first, on_line, started, res)
+
+    async def _after_start(self, spec: LaunchSpec, stream: TaskStream, first: Any, on_line: OnLine,
+                           started: Started | None, res: ProcResult) -> bool:
+        if isinstance(first, Ended):
+            res.error = ray_nodes.describe_failure(first.error, None) if first.error else "the agent's task ended at once"
+            return False
+        if first.get("kind") == "spawn-error":
+            res.spawn_error = first.get("detail", "?")
+            return True
+        node = f"{first.get('name')} ({first.get('node')})"
+        res.node = node
+        self.spawned += 1
+        self.running[spec.key] = {"nodeId": first.get("node"), "node": node, "pgid": first.get("pgid"),
+                                  "startedAt": time.time(), "sandbox": first.get("sandbox")}
+        self._warn_sandbox(first)
+        if started:
+            started({"node": node, "pgid": first.get("pgid"), "placement": "ray"})
+        return await self._pump(spec, stream, on_line, res, node)
+
+    def _warn_sandbox(self, first: dict[str, Any]) -> None:
+        mode, nid = str(first.get("sandbox")), str(first.get("node"))
+        if self.cfg.sandbox_mode == "bwrap" and mode != "bwrap" and nid not in self._warned_sandbox:
+            self._warned_sandbox.add(nid)
+            log.warning("node %s runs agents without the sandbox: %s", first.get("name"), mode)
+
+    async def _pump(self, spec: LaunchSpec, stream: TaskStream, on_line: OnLine, res: ProcResult, node: str) -> bool:
+        """Lines into on_line under the idle watchdog, until the exit item, the idle
+        timeout, or a short while after the final event."""
+        last = trio.current_time()
+        final_deadline = None
+        while True:
+            deadline = last + spec.idle_timeout if final_deadline is None else final_deadline
+            with trio.move_on_at(deadline) as waited:
+                item = await stream.items.receive()
+            if waited.cancelled_caught:
+                res.idle_timeout = final_deadline is None
+                return False
+            if isinstance(item, Ended):
+                if item.error is not None and not res.final_seen:
+                    res.error = ray_nodes.describe_failure(item.error, node)
+                return False
+            if isinstance(item, dict) and item.get("kind") == "exit":
+                res.exit_code = item.get("code")
+                await self._bring_back(spec, item, res)
+                return True
+            if final_deadline is not None or not isinstance(item, list):
+                continue
+            last = trio.current_time()
+            for line in item:
+                res.lines += 1
+                if on_line(line):
+                    res.final_seen = True
+                    grace = WORKSPACE_RETURN_S if spec.cwd in spec.write else REAP_AFTER_FINAL_S
+                    final_deadline = trio.current_time() + grace
+                    break
+
+    async def _bring_back(self, spec: LaunchSpec, end: dict[str, Any], res: ProcResult) -> None:
+        if end.get("workspaceError"):
+            log.warning("agent %s: its edits could not come back from the node: %s", spec.key, end["workspaceError"])
+        if end.get("workspace") is not None:
+            await trio.to_thread.run_sync(workspace.apply, Path(spec.cwd), end["workspace"], end.get("deleted") or [])
