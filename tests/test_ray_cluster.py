@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -79,7 +80,7 @@ async def test_three_agents_placed_on_the_worker_settle_as_locally(
         assert local["status"] == "completed", local
         res = json.loads((await host.tool("result", {"runId": ray_run}))["structuredContent"]["text"])
         res_local = json.loads((await host.tool("result", {"runId": local_run}))["structuredContent"]["text"])
-    assert [r["ok"] for r in res] == [True, True, True], print(json.dumps(rows(st), indent=1), daemon.stderr.decode()[-3000:])
+    assert [r["ok"] for r in res] == [True, True, True], rows(st)
     assert res[2]["text"] == "three"
     assert res == res_local                      # same results, same costs and tokens as local agents
     assert res[0]["cost"] > 0 and res[1]["cost"] > 0
@@ -93,8 +94,159 @@ async def test_three_agents_placed_on_the_worker_settle_as_locally(
     for row in rows(local):
         assert row["node"] is None
     # The caller's key went to the node inside the task's arguments only.
+    assert cluster.session_logs()
     logs = "".join(p.read_text(errors="replace") for p in cluster.session_logs())
     assert KEY not in logs and KEY not in daemon.stderr.decode(errors="replace")
+
+
+async def test_workspaces_shared_root_and_shipped_work_dir(cluster: RayCluster, daemon: Daemon,
+                                                           api: FakeAnthropic) -> None:
+    shared = cluster.root / "d1" / "shared" / "repo"
+    shared.mkdir(exist_ok=True)
+    (shared / "seen.txt").write_text("on the shared mount\n")
+    (shared / "gone.txt").write_text("x")
+    script = f"""
+    const a = await agent('[[bash:cat seen.txt && echo edited > mine.txt]]', {{placement: 'ray', profile: 'write',
+                          cwd: {json.dumps(str(shared))}}});
+    const b = await agent('[[bash:ls && echo shipped > made.txt && mkdir -p sub && echo deep > sub/f.txt && rm gone.txt]]',
+                          {{placement: 'ray', profile: 'write'}});
+    return {{a, b}};
+    """
+    async with mcpl(cluster, daemon.token) as host:
+        # The run's own work dir is not shared: it travels to the node as a tarball and the
+        # edits come back. A file put there by an earlier agent travels along.
+        run = await start_run(host, "await agent('[[bash:echo x > gone.txt]]', {profile: 'write'});\n" + script,
+                              keepWork=True)
+        st = await wait_status(host, run, ended, timeout=120)
+        assert st["status"] == "completed", st
+        out = json.loads((await host.tool("result", {"runId": run}))["structuredContent"]["text"])
+        refused = await start_run(host, "return await agent('x', {placement: 'ray', cwd: CWD})".replace(
+            "CWD", json.dumps(str(cluster.root / "d1" / "shared"))))
+        ok = await wait_status(host, refused, ended)
+    assert "on the shared mount" in out["a"]
+    assert (shared / "mine.txt").read_text() == "edited\n"
+    assert "gone.txt" in out["b"]
+    work = daemon.run_dir(run) / "work"
+    assert (work / "made.txt").read_text() == "shipped\n"
+    assert (work / "sub" / "f.txt").read_text() == "deep\n"
+    assert not (work / "gone.txt").exists()
+    assert ok["status"] == "completed"          # the shared root itself is a valid cwd
+
+
+async def test_a_cwd_off_the_shared_roots_is_refused(cluster: RayCluster, daemon: Daemon, api: FakeAnthropic) -> None:
+    outside = cluster.root / "d1" / "shared" / ".." / "elsewhere"
+    async with mcpl(cluster, daemon.token) as host:
+        # cwdRoots allows it, sharedRoots does not: refused before anything is placed.
+        run = await start_run(host, "try { await agent('x', {placement: 'ray', cwd: CWD}) } catch (e) { return String(e) }"
+                              .replace("CWD", json.dumps(str(outside))))
+        st = await wait_status(host, run, ended)
+        text = (await host.tool("result", {"runId": run}))["structuredContent"]["text"]
+    assert st["status"] == "completed"
+    assert "not inside this caller's cwdRoots" in text or "sharedRoots" in text
+
+
+async def test_cancel_mid_stream_leaves_no_process_on_the_node(cluster: RayCluster, daemon: Daemon,
+                                                              api: FakeAnthropic) -> None:
+    mark = "sb-bg-" + os.urandom(4).hex()
+    # A background command in a group of its own (the agent's shell does that), then a hang.
+    command = f"(exec -a {mark} tail -f /dev/null) > /dev/null 2>&1 & echo started"
+    async with mcpl(cluster, daemon.token) as host:
+        run = await start_run(host, f"return await agent({json.dumps('[[bashhang:' + command + ']]')}, "
+                                    "{placement: 'ray', profile: 'write'})")
+        with trio.fail_after(90):
+            while not named(mark) or len(api.requests) < 2:
+                await trio.sleep(0.05)
+        st = await wait_status(host, run, lambda s: rows(s) and rows(s)[0]["state"] == "running")
+        assert rows(st)[0]["node"].startswith("w1 (")
+        running = marked_processes()
+        assert running                                        # the CLI and its children, on the node
+        # The key is in no process's argv (it is in the CLI's environment only).
+        assert not [p for p in all_pids() if KEY.encode() in cmdline(p)]
+        await host.tool("cancel", {"runId": run})
+        st = await wait_status(host, run, ended)
+        with trio.fail_after(10):
+            while marked_processes() or named(mark):
+                await trio.sleep(0.05)
+    assert st["status"] == "cancelled"
+    assert rows(st)[0]["state"] == "cancelled"
+    assert not list((cluster.node_dir / "procs").rglob("*.json"))     # the node's record is gone too
+
+
+async def test_kill9_of_the_daemon_leaves_no_process_and_boot_reaps(cluster: RayCluster, daemon: Daemon,
+                                                                   api: FakeAnthropic) -> None:
+    async with mcpl(cluster, daemon.token) as host:
+        await start_run(host, "return await parallel([1, 2].map(i => () => agent('[[hang]] ' + i, {placement: 'ray'})))")
+        with trio.fail_after(90):
+            while len(marked_processes()) < 2 or api.live < 2:
+                await trio.sleep(0.05)
+    records = list((cluster.node_dir / "procs").rglob("*.json"))
+    assert len(records) == 2
+    daemon.kill9()
+    await trio.sleep(3)
+    assert marked_processes() == []                 # Ray killed the workers; the guardians ended the groups
+    # A leftover the guardian could not have caught (planted): the next boot's reaper kills it.
+    stray = plant_leftover(cluster.node_dir, records[0])
+    daemon.start()
+    with trio.fail_after(60):
+        while stray.poll() is None or list((cluster.node_dir / "procs").rglob("*.json")):
+            await trio.sleep(0.1)
+
+
+def plant_leftover(node_dir: Path, like: Path) -> "subprocess.Popen[bytes]":
+    """A process in a session of its own with an agent's marker and a record in an old
+    boot's dir, as a daemon whose guardians failed would leave."""
+    rec = json.loads(like.read_text())
+    mark = f"{rec['owner']}/old-boot/planted"
+    proc = subprocess.Popen(["sleep", "600"], start_new_session=True, env={"SWARMBASE_NODE_AGENT": mark})
+    from swarmbase.node import state
+    path = node_dir / "procs" / rec["owner"] / "old-boot" / "planted.json"
+    state.write_record(path, {"pgid": proc.pid, "startTime": state.start_time(proc.pid), "marker": mark})
+    return proc
+
+
+async def test_node_death_fails_its_agent_and_the_run_completes(cluster: RayCluster, daemon: Daemon,
+                                                               api: FakeAnthropic) -> None:
+    script = """
+    const a = await agent('[[hang]] on a node that dies', {placement: 'ray', detail: true});
+    const b = await agent('[[text:local still works]]', {placement: 'local'});
+    return {a: a.ok, error: a.error, b};
+    """
+    async with mcpl(cluster, daemon.token) as host:
+        run = await start_run(host, script)
+        with trio.fail_after(90):
+            while not marked_processes() or api.live < 1:
+                await trio.sleep(0.05)
+        cluster.kill_worker_node()
+        st = await wait_status(host, run, ended, timeout=60)
+        out = json.loads((await host.tool("result", {"runId": run}))["structuredContent"]["text"])
+        with trio.fail_after(10):
+            while marked_processes():
+                await trio.sleep(0.05)
+        # No alive node has an agent slot now: a Ray agent fails at once, before any wait.
+        lone = await start_run(host, "return await agent('x', {placement: 'ray', detail: true})")
+        st2 = await wait_status(host, lone, ended, timeout=30)
+        out2 = json.loads((await host.tool("result", {"runId": lone}))["structuredContent"]["text"])
+    assert st["status"] == "completed", st
+    assert out["a"] is False and out["error"].startswith("node lost"), out
+    assert out["b"] == "local still works"
+    assert rows(st)[0]["state"] == "failed" and rows(st)[0]["node"].startswith("w1 (")
+    assert out2["ok"] is False and "no alive node of the Ray cluster can take this agent" in out2["error"], out2
+    assert rows(st2)[0]["startedAt"] is None and rows(st2)[0]["costUsd"] == 0
+
+
+def all_pids() -> list[int]:
+    return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def named(mark: str) -> list[int]:
+    return [p for p in all_pids() if cmdline(p).startswith(mark.encode() + b"\0")]
 
 
 def cluster_nodes(cluster: RayCluster) -> list[dict[str, Any]]:

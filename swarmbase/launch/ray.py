@@ -42,6 +42,7 @@ from .spec import AGENT_DIR, LaunchSpec, OnLine, ProcResult, Started
 log = logging.getLogger("swarmbase.launch.ray")
 
 WATCH_S = 5.0              # how often the node list is refreshed (new nodes get checked)
+NODES_FRESH_S = 1.0        # a node list this recent is trusted for the feasibility check
 CHECK_TIMEOUT_S = 60.0
 RETRY_CONNECT_S = 10.0
 WORKSPACE_RETURN_S = 30.0  # after the final event, how long a shipped workspace may take to come back
@@ -235,9 +236,9 @@ class RayLauncher:
         return data, spec.cwd in spec.write
 
     async def _feasible(self) -> None:
-        why = ray_nodes.infeasible(self.nodes, self.rc.resource, self.rc.labels) if self.nodes else "unknown"
-        if why is not None:                       # stale or empty list: ask again before failing
-            why = ray_nodes.infeasible(await self.refresh_nodes(), self.rc.resource, self.rc.labels)
+        """Fail at once what no alive node could ever take: Ray would keep it pending forever."""
+        nodes = self.nodes if time.time() - self.nodes_at < NODES_FRESH_S else await self.refresh_nodes()
+        why = ray_nodes.infeasible(nodes, self.rc.resource, self.rc.labels)
         if why is not None:
             raise PlacementError(why)
 
