@@ -22,6 +22,7 @@ from quart import (Blueprint, Quart, abort, jsonify, make_response, render_templ
 from swarmbase import fsutil
 from swarmbase.events import LIST
 
+from . import nodes
 from .transcript import render_transcript
 
 HERE = Path(__file__).resolve().parent
@@ -212,3 +213,4 @@ def register(app: Quart, services: Any) -> None:
         return jsonify({"runId": run.id, "agent": n, "status": "skipping"})
 
     app.register_blueprint(bp)
+    nodes.register(app, services)      # the Ray nodes page (nodes.py)

@@ -43,8 +43,10 @@ log = logging.getLogger("swarmbase.launch.ray")
 
 WATCH_S = 5.0              # how often the node list is refreshed (new nodes get checked)
 NODES_FRESH_S = 1.0        # a node list this recent is trusted for the feasibility check
+NODES_TIMEOUT_S = 10.0     # ray.nodes() that long without an answer: the head is gone
 CHECK_TIMEOUT_S = 60.0
 RETRY_CONNECT_S = 10.0
+GCS_PATIENCE_S = 10 * 365 * 86_400
 WORKSPACE_RETURN_S = 30.0  # after the final event, how long a shipped workspace may take to come back
 
 
@@ -84,6 +86,7 @@ class RayLauncher:
         self._agent_fn: Any = None
         self._check_fn: Any = None
         self._connect_lock = trio.Lock()
+        self._nodes_call: tuple[trio.Event, dict[str, Any]] | None = None
         self.error: str | None = None
         self._error_at = 0.0
         self.nodes: list[dict[str, Any]] = []
@@ -98,6 +101,9 @@ class RayLauncher:
         os.environ.pop("RAY_AUTH_TOKEN", None)
         os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(self.rc.tokenFile))
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # A Ray driver exits the whole process once the head's GCS has been unreachable
+        # for this long (60 s by default): the daemon must outlive its cluster's head.
+        os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(GCS_PATIENCE_S))
         import ray
 
         from ..node.agent import run_agent
@@ -126,9 +132,32 @@ class RayLauncher:
             return self._ray
 
     async def refresh_nodes(self) -> list[dict[str, Any]]:
+        """ray.nodes(), bounded: with the head gone it blocks until the head returns. One
+        call at a time is in flight, whoever waits for it."""
         ray = await self.connect()
-        self.nodes = await trio.to_thread.run_sync(ray.nodes)
-        self.nodes_at = time.time()
+        if self._nodes_call is None:
+            self._nodes_call = call = (trio.Event(), {})
+
+            async def ask() -> None:
+                try:
+                    call[1]["value"] = await trio.to_thread.run_sync(ray.nodes, abandon_on_cancel=True)
+                except Exception as e:  # handed to the waiters
+                    call[1]["error"] = e
+                finally:
+                    call[0].set()
+            trio.lowlevel.spawn_system_task(ask)
+        done, box = self._nodes_call
+        with trio.move_on_after(NODES_TIMEOUT_S):
+            await done.wait()
+        if not done.is_set():
+            self.error = f"the Ray cluster's head at {self.rc.address} does not answer (its GCS is down or unreachable)"
+            raise PlacementError(self.error)
+        self._nodes_call = None
+        if "error" in box:
+            self.error = f"Ray: {type(box['error']).__name__}: {box['error']}"[:500]
+            raise PlacementError(self.error)
+        self.error = None
+        self.nodes, self.nodes_at = box["value"], time.time()
         return self.nodes
 
     def _eligible(self, node: dict[str, Any]) -> bool:
@@ -262,27 +291,29 @@ class RayLauncher:
             ray = await self.connect()
             shipped, returns = await self._where_to(spec)
             await self._feasible()
-            gen = await trio.to_thread.run_sync(self._submit, self._payload(spec, returns), shipped)
+            with trio.CancelScope(shield=True):   # once submitted, the task is always stopped below
+                gen = await trio.to_thread.run_sync(self._submit, self._payload(spec, returns), shipped)
         except PlacementError as e:
             res.error = str(e)
             return res
         stream = TaskStream(ray, gen, self.limiter)
-        exit_seen = False
+        ending = False
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(stream.reader)
                 try:
-                    exit_seen = await self._consume(spec, stream, on_line, started, res)
+                    ending = await self._consume(spec, stream, on_line, started, res)
                 finally:
                     with trio.CancelScope(shield=True):
-                        await stream.stop(ended_normally=exit_seen)
+                        await stream.stop(ended_normally=ending)
         finally:
             self.running.pop(spec.key, None)
         return res
 
     async def _consume(self, spec: LaunchSpec, stream: TaskStream, on_line: OnLine, started: Started | None,
                        res: ProcResult) -> bool:
-        """Read the task's items into `res`; True once the node reported the CLI's exit."""
+        """Read the task's items into `res`; True when the task is ending by itself (the
+        node reported the CLI's exit, or Ray ended the stream)."""
         first: Any = None
         with trio.move_on_after(self.rc.startTimeoutMs / 1000):
             first = await stream.items.receive()
@@ -297,7 +328,7 @@ class RayLauncher:
                            started: Started | None, res: ProcResult) -> bool:
         if isinstance(first, Ended):
             res.error = ray_nodes.describe_failure(first.error, None) if first.error else "the agent's task ended at once"
-            return False
+            return True
         if first.get("kind") == "spawn-error":
             res.spawn_error = first.get("detail", "?")
             return True
@@ -332,7 +363,7 @@ class RayLauncher:
             if isinstance(item, Ended):
                 if item.error is not None and not res.final_seen:
                     res.error = ray_nodes.describe_failure(item.error, node)
-                return False
+                return True
             if isinstance(item, dict) and item.get("kind") == "exit":
                 res.exit_code = item.get("code")
                 await self._bring_back(spec, item, res)
