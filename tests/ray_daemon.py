@@ -168,6 +168,21 @@ def rows(st: dict[str, Any]) -> list[dict[str, Any]]:
     return [a for p in st.get("phases", []) for a in p["agents"]]
 
 
+async def http_get(cluster: RayCluster, path: str) -> tuple[int, str]:
+    """GET a dashboard path of the daemon inside the namespace."""
+    import http.client
+
+    def get() -> tuple[int, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", DAEMON_PORT, timeout=10)
+        conn.sock = cluster.ns.connect("127.0.0.1", DAEMON_PORT)
+        conn.request("GET", path, headers={"Host": "127.0.0.1"})
+        resp = conn.getresponse()
+        body = resp.read().decode()
+        conn.close()
+        return resp.status, body
+    return await trio.to_thread.run_sync(get)
+
+
 def marked_processes(node_dir: Path | None = None) -> list[int]:
     """Live processes that carry an agent's node marker (SWARMBASE_NODE_AGENT)."""
     out = []

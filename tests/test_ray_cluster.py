@@ -20,8 +20,8 @@ import pytest
 import trio
 
 from .fakes.anthropic_api import FakeAnthropic
-from .ray_daemon import (KEY, Daemon, ended, marked_processes, mcpl, rows, serve_api, start_run, wait_status,
-                         write_config)
+from .ray_daemon import (KEY, Daemon, ended, http_get, marked_processes, mcpl, rows, serve_api, start_run,
+                         wait_status, write_config)
 from .raycluster import RayCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -158,6 +158,16 @@ async def test_cancel_mid_stream_leaves_no_process_on_the_node(cluster: RayClust
                 await trio.sleep(0.05)
         st = await wait_status(host, run, lambda s: rows(s) and rows(s)[0]["state"] == "running")
         assert rows(st)[0]["node"].startswith("w1 (")
+        # The nodes page: the worker takes agents, passed its boot check, runs this agent.
+        with trio.fail_after(30):
+            while not (w1 := worker_row(json.loads((await http_get(cluster, "/nodes.json"))[1]))).get("check", {}).get("cli"):
+                await trio.sleep(0.2)
+        assert w1["eligible"] and w1["alive"] and w1["slots"] == cluster.slots
+        assert w1["check"]["cli"]["ok"] and w1["check"]["sandbox"] == "bwrap"
+        assert [r["ok"] for r in w1["check"]["roots"]] == [True]
+        assert [a["runId"] for a in w1["running"]] == [run]
+        status, page = await http_get(cluster, "/nodes")
+        assert status == 200 and f'href="/runs/{run}/agents/1"' in page
         running = marked_processes()
         assert running                                        # the CLI and its children, on the node
         # The key is in no process's argv (it is in the CLI's environment only).
@@ -232,6 +242,10 @@ async def test_node_death_fails_its_agent_and_the_run_completes(cluster: RayClus
     assert rows(st)[0]["state"] == "failed" and rows(st)[0]["node"].startswith("w1 (")
     assert out2["ok"] is False and "no alive node of the Ray cluster can take this agent" in out2["error"], out2
     assert rows(st2)[0]["startedAt"] is None and rows(st2)[0]["costUsd"] == 0
+
+
+def worker_row(view: dict[str, Any]) -> dict[str, Any]:
+    return next((n for n in view.get("nodes", []) if n["name"] == "w1"), {})
 
 
 def all_pids() -> list[int]:
