@@ -72,7 +72,6 @@ def daemon_owner(state_dir: Path) -> str:
 
 class RayLauncher:
     initial_state = "waiting-node"      # until the node says the CLI started
-    confined = True                     # engines never get the unconfined fallbacks here
 
     def __init__(self, cfg: Config) -> None:
         assert cfg.placement.ray is not None
@@ -214,7 +213,7 @@ class RayLauncher:
             return ray.get(ref, timeout=CHECK_TIMEOUT_S)
 
         try:
-            result = await trio.to_thread.run_sync(call, limiter=self.limiter)
+            result = await trio.to_thread.run_sync(call, limiter=self.limiter, abandon_on_cancel=True)
         except Exception as e:
             result = {"error": ray_nodes.describe_failure(e, ray_nodes.node_name(node))}
             log.warning("node %s: check failed: %s", node_id, result["error"])

@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..launch.ray_nodes import NAME_LABEL
 from ..sandbox import Confinement, HostLayout, inside_path, wrap
 from . import state, workspace
 from .guardian import Guarded
 
 PAYLOAD_VERSION = 1
-NAME_LABEL = "swarmbase/name"
 
 
 def where() -> tuple[str, str]:
