@@ -138,8 +138,8 @@ def test_a_cancelled_task_kills_the_group_and_what_left_it(tmp_path: Path, node_
 
 def test_a_cli_that_cannot_start_is_reported(tmp_path: Path, node_dir: Path) -> None:
     items = list(node_agent.run_agent(payload(tmp_path, ["/nonexistent/claude"], stdin_file=None)))
-    assert items[0]["kind"] == "started"            # sh starts; the exec fails inside it
-    assert items[-1]["code"] == 127
+    assert items == [{"kind": "spawn-error", "detail": "the executable is missing on node w1: /nonexistent/claude"}]
+    assert not (node_dir / "homes/own1/b1/run_x-1").exists()
 
 
 def test_an_old_payload_version_is_refused(tmp_path: Path, node_dir: Path) -> None:
@@ -306,3 +306,27 @@ def test_codex_agents_stay_on_this_machine(tmp_path: Path) -> None:
     ray_first = attrs.evolve(cfg, placement=attrs.evolve(cfg.placement, default="ray"))
     assert resolve_for(ray_first, {"engine": "codex"}).placement == "local"
     assert resolve_for(ray_first, {"engine": "claude"}).placement == "ray"
+
+
+def test_the_daemon_loads_ray_only_to_use_it(tmp_path: Path) -> None:
+    """Services built with and without placement.ray (not yet connected): Ray is not imported."""
+    cfg = ray_config(tmp_path)
+    code = ("import sys, json, pathlib\n"
+            "from swarmbase import config, daemon\n"
+            "cfg = config.parse(sys.argv[1], pathlib.Path(sys.argv[2]))\n"
+            "s = daemon.build_services(cfg)\n"
+            "print(json.dumps({'ray': 'ray' in sys.modules, 'launcher': type(s.ray).__name__,\n"
+            "                  'placements': sorted(s.supervisor.agents.launchers)}))\n")
+    raw = json.loads(json.dumps({"sandbox": "none", "engines": {"claude": {"bin": sys.executable}},
+                                 "placement": {"ray": {"address": "10.0.0.5:6379",
+                                                       "tokenFile": str(tmp_path / "ray-token")}}}))
+    (tmp_path / "state").mkdir(exist_ok=True)
+    for placement, launcher in ((raw["placement"], "RayLauncher"), ({}, "NoneType")):
+        out = subprocess.run([sys.executable, "-c", code, json.dumps({**raw, "placement": placement}),
+                              str(tmp_path / "state" / "config.json")], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent.parent, timeout=60)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout)
+        assert got["ray"] is False and got["launcher"] == launcher
+        assert got["placements"] == (["local", "ray"] if placement else ["local"])
+    assert cfg.placement.ray is not None

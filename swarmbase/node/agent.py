@@ -90,6 +90,10 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
             workspace.unpack(shipped, work)
             before = workspace.manifest(work)
             cwd = str(work)
+        cli = payload["argv"][0]
+        if not (os.path.isfile(cli) and os.access(cli, os.X_OK)):
+            yield {"kind": "spawn-error", "detail": f"the executable is missing on node {name}: {cli}"}
+            return
         mode = sandbox_mode(payload["sandbox"])
         paths = _Paths(payload["placeholder"], "", payload["cwd"] if shipped is not None else None, cwd)
         read = [paths.cwd(p) for p in payload["read"]]
