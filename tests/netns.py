@@ -112,7 +112,8 @@ class NetNS:
                     out.append(int(d.name))
         return out
 
-    def close(self, timeout: float = 10.0) -> None:
+    def kill_members(self, timeout: float = 10.0) -> None:
+        """SIGKILL every process in the namespace (the holder excepted) until none is left."""
         deadline = time.monotonic() + timeout
         while (pids := self.members()) and time.monotonic() < deadline:
             for pid in pids:
@@ -121,6 +122,9 @@ class NetNS:
                 except ProcessLookupError:
                     pass
             time.sleep(0.05)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.kill_members(timeout)
         os.close(self._fd)
         if self.holder.stdin:
             self.holder.stdin.close()

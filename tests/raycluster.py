@@ -86,19 +86,37 @@ class RayCluster:
                 f"--dashboard-agent-listen-port={base + 4}", f"--metrics-export-port={base + 5}",
                 f"--min-worker-port={base + 10}", f"--max-worker-port={base + 99}"]
 
-    def start(self) -> "RayCluster":
+    def start(self, attempts: int = 2) -> "RayCluster":
+        """Up, or RuntimeError. A node that gives up (Ray waits 30 s, hard-coded, for a
+        raylet to register: on a loaded 2-core machine that can pass) is retried once from
+        scratch."""
+        for attempt in range(attempts):
+            try:
+                self._start_once()
+                return self
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
+                self.ns.kill_members()
+                for p in (self.head, self.worker):
+                    if p is not None:
+                        p.wait()
+        return self
+
+    def _start_once(self) -> None:
         common = ["--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats", f"--temp-dir={self.temp}",
                   "--object-store-memory=80000000"]
-        head_log = open(self.logs / "head.log", "wb")
+        head_log = open(self.logs / "head.log", "wb")     # (re)started: a fresh log
         self.head = self.ns.popen([ray_bin(), "start", "--head", f"--port={HEAD_PORT}", "--include-dashboard=false",
                                    "--num-cpus=1", "--resources={}", *self._ports(17500), *common,
                                    # a dead node is marked dead in ~1.5 s, not the default ~15 s
                                    '--system-config={"health_check_period_ms": 500, "health_check_failure_threshold": 3}'],
                                   env=self.env(), stdout=head_log, stderr=subprocess.STDOUT)
         self.node_dir.mkdir(exist_ok=True)
-        self.start_worker()        # at once: it retries the head's GCS until it is up
+        # The worker after the head is up: started together on a loaded machine, the
+        # worker's `ray start` gave up waiting for the head's node info.
         self._wait_started(self.head, "head.log")
-        return self
+        self.start_worker()
 
     def start_worker(self) -> None:
         (self.logs / "worker.log").write_bytes(b"")

@@ -22,10 +22,10 @@ class StubRay:
         return {"address": "10.0.0.5:6379", "resource": "swarmbase_agents", "labels": {"swarmbase/cli": "claude"},
                 "connected": True, "error": None, "refreshedAt": 1.0, "owner": "o", "boot": "b", "free": 3.0,
                 "nodes": [{"id": NODE_ID, "name": "gpu-box-<1>", "alive": True, "eligible": True, "labels": {},
-                           "slots": 4.0, "check": check,
+                           "slots": 4.0, "free": 3.0, "check": check,
                            "running": [{"key": "run_abc123-2", "nodeId": NODE_ID, "node": "gpu-box", "pgid": 7}]},
                           {"id": "cd" * 28, "name": "head", "alive": True, "eligible": False, "labels": {},
-                           "slots": 0, "check": None, "running": []}]}
+                           "slots": 0, "free": None, "check": None, "running": []}]}
 
 
 async def test_the_nodes_page_without_ray(running: Env) -> None:
@@ -43,7 +43,7 @@ async def test_the_nodes_page_shows_nodes_checks_and_running_agents(running: Env
         data = (await c.get("/nodes.json")).json()
         refused = await c.get("/nodes", headers={"Host": "evil.example"})
     assert "gpu-box-&lt;1&gt;" in page and "<1>" not in page            # escaped
-    assert "takes agents" in page and "no agent slots" in page
+    assert "takes agents" in page and "no agent slots" in page and '<td class="slots">3 / 4</td>' in page
     assert "free agent slots in the cluster: <b id=\"free-slots\">3</b>" in page
     assert "not the same filesystem as the daemon&#39;s" in page and "none (bubblewrap is not installed)" in page
     assert "reaped 2 leftover process(es)" in page

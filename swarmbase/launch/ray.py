@@ -91,6 +91,7 @@ class RayLauncher:
         self.nodes: list[dict[str, Any]] = []
         self.nodes_at = 0.0
         self.checks: dict[str, dict[str, Any]] = {}      # node id -> probe result (or error)
+        self.free: dict[str, float] = {}                 # free agent slots: "cluster" and per node id
         self.running: dict[str, dict[str, Any]] = {}     # agent key -> where it runs
         self.spawned = 0
         self._warned_sandbox: set[str] = set()
@@ -172,6 +173,8 @@ class RayLauncher:
             while True:
                 try:
                     nodes = await self.refresh_nodes()
+                    with trio.move_on_after(NODES_TIMEOUT_S):
+                        self.free = await trio.to_thread.run_sync(self._free_slots, abandon_on_cancel=True)
                     async with trio.open_nursery() as n:
                         for node in nodes:
                             if node.get("Alive") and self._eligible(node) and node["NodeID"] not in self.checks:
@@ -226,26 +229,31 @@ class RayLauncher:
         self.checks[node_id] = result
 
     def view(self) -> dict[str, Any]:
-        """For the dashboard's nodes page."""
+        """For the dashboard's nodes page (no Ray call: what the watcher last saw)."""
         rows = []
         for node in self.nodes:
             nid = node.get("NodeID", "")
             rows.append({"id": nid, "name": ray_nodes.node_name(node), "alive": bool(node.get("Alive")),
                          "eligible": self._eligible(node), "labels": node.get("Labels") or {},
                          "slots": (node.get("Resources") or {}).get(self.rc.resource, 0),
-                         "check": self.checks.get(nid),
+                         "free": self.free.get(nid), "check": self.checks.get(nid),
                          "running": [dict(a, key=k) for k, a in self.running.items() if a.get("nodeId") == nid]})
         return {"address": self.rc.address, "resource": self.rc.resource, "labels": dict(self.rc.labels),
                 "connected": self._ray is not None, "error": self.error, "refreshedAt": self.nodes_at,
-                "owner": self.owner, "boot": self.boot, "nodes": rows, "free": self._free()}
+                "owner": self.owner, "boot": self.boot, "nodes": rows, "free": self.free.get("cluster")}
 
-    def _free(self) -> float | None:
-        if self._ray is None:
-            return None
+    def _free_slots(self) -> dict[str, float]:
+        """Free agent slots, in the cluster ("cluster") and per node id (a private Ray
+        helper: without it, the cluster's figure only)."""
+        ray = self._ray
+        out = {"cluster": float(ray.available_resources().get(self.rc.resource, 0))}
         try:
-            return float(self._ray.available_resources().get(self.rc.resource, 0))
-        except Exception:
-            return None
+            from ray._private.state import available_resources_per_node
+            for nid, res in available_resources_per_node().items():
+                out[nid] = float(res.get(self.rc.resource, 0))
+        except Exception:  # private API moved: the per-node column stays empty
+            pass
+        return out
 
     # -- one agent ------------------------------------------------------------------------
     async def _where_to(self, spec: LaunchSpec) -> tuple[bytes | None, bool]:
