@@ -10,6 +10,10 @@ from typing import Any, Mapping, Sequence
 NAME_LABEL = "swarmbase/name"
 
 
+class PlacementError(Exception):
+    """Ray placement cannot be used right now; the message says why."""
+
+
 def node_name(node: Mapping[str, Any]) -> str:
     labels = node.get("Labels") or {}
     return str(labels.get(NAME_LABEL) or node.get("NodeManagerHostname") or node.get("NodeName") or "?")
