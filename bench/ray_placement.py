@@ -64,14 +64,17 @@ def outside(args: argparse.Namespace) -> None:
         time.sleep(3)                              # let both nodes settle before measuring idle memory
         head, worker = tree(cluster.head.pid), tree(cluster.worker.pid)
         mem_head, mem_worker = memory(head), memory(worker)
-        out = subprocess.run(cluster.ns.argv([sys.executable, __file__, "--inside", cluster.address,
-                                              str(cluster.token_file), str(root), "--agents", str(args.agents),
-                                              "--lines", str(args.lines)]),
-                             env=cluster.env({"SWARMBASE_NODE_DIR": str(cluster.node_dir)}), capture_output=True,
-                             text=True, timeout=600)
-        if out.returncode != 0:
-            sys.exit(f"the measuring half failed:\n{out.stderr[-4000:]}")
-        figures = json.loads(out.stdout.strip().splitlines()[-1])
+        runs = []
+        for extra in ([], ["--check-first"]):     # each a new Ray job: no worker of the first is reused
+            out = subprocess.run(cluster.ns.argv([sys.executable, __file__, "--inside", cluster.address,
+                                                  str(cluster.token_file), str(root), "--agents", str(args.agents),
+                                                  "--lines", str(args.lines), *extra]),
+                                 env=cluster.env({"SWARMBASE_NODE_DIR": str(cluster.node_dir)}),
+                                 capture_output=True, text=True, timeout=600)
+            if out.returncode != 0:
+                sys.exit(f"the measuring half failed:\n{out.stderr[-4000:]}")
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        figures, checked = runs
     finally:
         t1 = time.perf_counter()
         cluster.close()
@@ -90,6 +93,8 @@ def outside(args: argparse.Namespace) -> None:
               f"max {lat['max']:.2f} ({lat['n']} lines)")
         print(f"{name:5} daemon CPU per streamed line: {f['cpu_per_line_ms']:.3f} ms "
               f"({f['burst_lines']} lines from {args.agents} agents at once)")
+    print(f"ray   first agent after the daemon's boot check ran on the node (as the daemon does): "
+          f"{checked['ray']['first'][0] * 1000:.0f} ms (check took {checked['check_s'] * 1000:.0f} ms)")
     print(f"ray worker memory while agents run: {figures['ray']['worker_rss_mib']:.0f} MiB RSS per agent")
 
 
@@ -143,6 +148,12 @@ def inside(args: argparse.Namespace) -> None:
         t = time.perf_counter()
         await ray_l.connect()
         out: dict[str, Any] = {"connect_s": time.perf_counter() - t}
+        if args.check_first:                          # what the daemon's watcher does at boot
+            t = time.perf_counter()
+            for node in await ray_l.refresh_nodes():
+                if node.get("Alive") and ray_l._eligible(node):
+                    await ray_l._check(node, [])
+            out["check_s"] = time.perf_counter() - t
         for name, launcher in (("local", local), ("ray", ray_l)):
             firsts, lats = [], []
             for i in range(args.agents):              # one after another: the first Ray one is cold
@@ -187,6 +198,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--agents", type=int, default=5)
     p.add_argument("--lines", type=int, default=400)
+    p.add_argument("--check-first", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--inside", nargs=3, metavar=("ADDRESS", "TOKEN_FILE", "ROOT"), help=argparse.SUPPRESS)
     a = p.parse_args()
     inside(a) if a.inside else outside(a)
