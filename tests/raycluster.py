@@ -56,8 +56,10 @@ def tree(root: int) -> list[int]:
 
 class RayCluster:
     def __init__(self, root: Path | None = None, slots: int = 4, worker_env: dict[str, str] | None = None) -> None:
-        # Ray's unix sockets live under the temp dir (108-byte path limit): keep it short.
-        self.temp = Path(tempfile.mkdtemp(prefix="sbray-"))
+        # Ray's unix sockets live under its temp dir (108-byte path limit, and Ray adds ~70):
+        # the system's temp dir if its path is short, else /tmp.
+        base = tempfile.gettempdir() if len(tempfile.gettempdir()) <= 24 else "/tmp"
+        self.temp = Path(tempfile.mkdtemp(prefix="sbray-", dir=base))
         self.root = root or self.temp
         self.token_file = self.root / "ray-token"
         self.token_file.write_text(secrets.token_hex(32))
