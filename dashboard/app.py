@@ -26,6 +26,7 @@ from swarmbase.events import LIST, agent_key
 
 from . import listing, sse, views
 from .pages import Pages, safe_json
+from . import nodes
 from .transcript import render_transcript
 
 log = logging.getLogger("swarmbase.dashboard")
@@ -291,3 +292,4 @@ def register(app: Quart, services: Any) -> None:
         return jsonify({"runId": run.id, "agent": n, "status": "skipping"})
 
     app.register_blueprint(bp)
+    nodes.register(app, services)      # the Ray nodes page (nodes.py)

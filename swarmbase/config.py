@@ -25,6 +25,7 @@ from . import jsonc
 
 PROFILES = ("think", "read", "write")
 ENGINES = ("claude", "codex")
+PLACEMENTS = ("local", "ray")
 
 
 class ConfigError(Exception):
@@ -98,6 +99,24 @@ class PriceRow:
 
 
 @attrs.frozen
+class RayPlacement:
+    """Agents placed on a Ray cluster (launch/ray.py). The daemon's machine must be a node
+    of the cluster (Ray drivers attach to their local raylet)."""
+    address: str = _f("address")
+    tokenFile: Optional[str] = _f("tokenFile", None)
+    resource: str = _f("resource", "swarmbase_agents", pattern=r"^[A-Za-z0-9_./-]{1,100}$")
+    labels: dict[str, str] = _f("labels", factory=dict)
+    sharedRoots: list[str] = _f("sharedRoots", factory=list)
+    startTimeoutMs: int = _f("startTimeoutMs", 300_000, lo=1_000, hi=86_400_000)
+
+
+@attrs.frozen
+class Placement:
+    default: Literal["local", "ray"] = _f("default", "local")
+    ray: Optional[RayPlacement] = _f("ray", None)
+
+
+@attrs.frozen
 class Caller:
     name: str = _f("name", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     tokenSha256: str = _f("tokenSha256", pattern=r"^[0-9a-f]{64}$")
@@ -115,6 +134,8 @@ class Caller:
     models: ModelLists = _f("models", factory=ModelLists)
     runTimeoutMaxMs: int = _f("runTimeoutMaxMs", 86_400_000, lo=1_000, hi=7 * 86_400_000)
     budgetWarnAt: float = _f("budgetWarnAt", 0.8, lo=0.01, hi=1.0)
+    # Where this caller's agents may run; None: everywhere configured (see `placement`).
+    placements: Optional[list[Literal["local", "ray"]]] = _f("placements", None)
 
 
 @attrs.frozen
@@ -144,6 +165,7 @@ class Config:
     maxLogBytesPerRun: int = _f("maxLogBytesPerRun", 10 * 1024 * 1024, lo=1_024, hi=1024 ** 3)
     maxWorkflowDepth: int = _f("maxWorkflowDepth", 3, lo=0, hi=20)
     maxWorkflowsPerRun: int = _f("maxWorkflowsPerRun", 50, lo=0, hi=10_000)
+    placement: Placement = _f("placement", factory=Placement)
     # Where the config was read from; the state dir is its folder. Not a JSON key.
     path: Path = attrs.field(default=Path("config.json"), metadata={"key": None})
 
@@ -162,6 +184,11 @@ class Config:
 
     def caller(self, name: str) -> Caller | None:
         return next((c for c in self.callers if c.name == name), None)
+
+    def default_placement(self, caller: Caller) -> str:
+        """placement.default when the caller may use it, else the caller's first placement."""
+        allowed = caller.placements or ["local"]
+        return self.placement.default if self.placement.default in allowed else allowed[0]
 
 
 # ---------------------------------------------------------------------------
@@ -249,8 +276,8 @@ def _check_object(cls: type, value: Any, path: str) -> None:
 
 def _converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
-    for cls in (ClaudeEngine, CodexEngine, Engines, Dashboard, Telemetry, DefaultModels, ModelLists, PriceRow, Caller,
-                Config):
+    for cls in (ClaudeEngine, CodexEngine, Engines, Dashboard, Telemetry, DefaultModels, ModelLists, PriceRow,
+                RayPlacement, Placement, Caller, Config):
         overrides = {a.name: override(rename=a.metadata["key"]) if a.metadata.get("key") else override(omit=True)
                      for a in attrs.fields(cls)}
         conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **overrides))
@@ -342,8 +369,59 @@ def _sandbox_checks(cfg: Config, search_path: str | None) -> Config:
     return attrs.evolve(cfg, sandbox=mode, homesDir=homes)
 
 
+def _check_token_file(path: str, where: str) -> None:
+    """The Ray token is code execution on every node: a file only its owner reads."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read the Ray token file {path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{where}: {path} is not a file")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise ConfigError(f"{where}: the Ray token file {path} must be mode 0600 (it is "
+                          f"{stat.S_IMODE(st.st_mode):04o}); anyone holding it runs code on every node. "
+                          f"Run: chmod 600 {path}")
+    if st.st_size == 0:
+        raise ConfigError(f"{where}: the Ray token file {path} is empty")
+
+
+def _placement_checks(cfg: Config) -> Config:
+    pl = cfg.placement
+    if pl.ray is None:
+        if pl.default == "ray":
+            raise ConfigError('placement.default: "ray" needs placement.ray (address, tokenFile)')
+        return cfg
+    rp = pl.ray
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,253}:[0-9]{1,5}|\[[0-9A-Fa-f:]{2,39}\]:[0-9]{1,5}", rp.address):
+        raise ConfigError(f"placement.ray.address: {rp.address[:100]!r} must be the head's GCS address as "
+                          "host:port (e.g. 10.0.0.5:6379); Ray Client (ray://) is not supported")
+    if rp.tokenFile is None:
+        raise ConfigError("placement.ray.tokenFile: required: SwarmBase refuses a Ray cluster without token "
+                          "authentication (start every node with RAY_AUTH_MODE=token; see ops/ray.md)")
+    token = expand(rp.tokenFile)
+    _check_token_file(token, "placement.ray.tokenFile")
+    for k, v in rp.labels.items():
+        if not re.fullmatch(r"[A-Za-z0-9_./-]{1,253}", k) or not re.fullmatch(r"[A-Za-z0-9_./-]{0,63}", v):
+            raise ConfigError(f"placement.ray.labels.{k}: label keys and values are letters, digits and _ . / -")
+    roots = []
+    for j, r in enumerate(rp.sharedRoots):
+        r = expand(r)
+        if not os.path.isabs(r):
+            raise ConfigError(f"placement.ray.sharedRoots[{j}]: {r!r} must be an absolute path")
+        real = os.path.realpath(r)
+        for p in (os.path.realpath(cfg.state_dir), os.path.realpath(cfg.homes_dir)):
+            if p == real or p.startswith(real.rstrip("/") + "/"):
+                raise ConfigError(f"placement.ray.sharedRoots[{j}]: {r} contains the daemon's state dir or homesDir")
+        roots.append(real)
+    import importlib.util
+    if importlib.util.find_spec("ray") is None:     # never imported here: the daemon imports Ray only to use it
+        raise ConfigError("placement.ray: Ray is not installed; run: pip install 'swarmbase[ray]'")
+    return attrs.evolve(cfg, placement=attrs.evolve(pl, ray=attrs.evolve(rp, tokenFile=token, sharedRoots=roots)))
+
+
 def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
     cfg = _sandbox_checks(cfg, search_path)
+    cfg = _placement_checks(cfg)
     engines = cfg.engines
     if engines.claude is not None:
         engines = attrs.evolve(engines, claude=attrs.evolve(
@@ -404,7 +482,16 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
             if patterns is not None and not any(fnmatch.fnmatchcase(model, p) for p in patterns):
                 raise ConfigError(f"{where}.models.codex: the caller's codex default model {model!r} is not in "
                                   "its allowlist")
-        callers.append(attrs.evolve(c, apiKeyFile=key_file, cwdRoots=roots, engines=list(allowed)))
+        placements = c.placements
+        if placements is None:
+            placements = [p for p in PLACEMENTS if p == "local" or cfg.placement.ray is not None]
+        for j, p in enumerate(placements):
+            if p == "ray" and cfg.placement.ray is None:
+                raise ConfigError(f'{where}.placements[{j}]: "ray" is not configured (placement.ray)')
+        if not placements:
+            raise ConfigError(f"{where}.placements: must name at least one placement")
+        callers.append(attrs.evolve(c, apiKeyFile=key_file, cwdRoots=roots, engines=list(allowed),
+                                    placements=list(dict.fromkeys(placements))))
     return attrs.evolve(cfg, callers=callers, engines=engines)
 
 

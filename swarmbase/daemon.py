@@ -50,6 +50,7 @@ class Services:
     hub: Hub
     meter: Meter | None = None
     launcher: LocalLauncher | None = None
+    ray: Any = None                       # the RayLauncher when placement.ray is configured
     drain: trio.Event = attrs.Factory(trio.Event)
     metrics: Metrics | None = None
 
@@ -87,8 +88,13 @@ def build_services(cfg: Config, agents: AgentService | None = None,
         engines["codex"] = CodexEngine(cfg, meter, deny=lambda: codex_deny_list(cfg, sup))
     if agents is None:
         sup.agents.engines.update(engines)
+    ray = None
+    if cfg.placement.ray is not None:
+        from .launch.ray import RayLauncher     # imports Ray itself only when it connects
+        ray = RayLauncher(cfg)
+        getattr(sup.agents, "launchers", {})["ray"] = ray
     services = Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter,
-                        launcher=launcher)
+                        launcher=launcher, ray=ray)
     services.metrics = Metrics(services)
     sup.observers.append(services.metrics)
     return services
@@ -224,6 +230,8 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
             await nursery.start(serve_meter, services.meter)
         nursery.start_soon(services.metrics.watch_loop_lag)
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
+        if services.ray is not None:
+            await nursery.start(services.ray.serve)
         await nursery.start(partial(services.supervisor.serve, resume=resume))
         nursery.start_soon(services.outbox.maintain)
         async with trio.open_nursery() as web:

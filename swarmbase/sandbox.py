@@ -112,10 +112,13 @@ def interpreter_paths(bin_path: str, search_path: str) -> list[str]:
     for a script, its interpreter's install prefix (`#!/usr/bin/env node` → node's)."""
     out = [os.path.dirname(os.path.abspath(bin_path)), os.path.dirname(os.path.realpath(bin_path))]
     real = os.path.realpath(bin_path)
-    parts = real.split(os.sep)
-    if "node_modules" in parts:
-        i = len(parts) - 1 - parts[::-1].index("node_modules")
-        out.append(os.sep.join(parts[: i + 1]))
+    # The tree under both spellings: a `.bin/claude` symlink is relative to where it is
+    # reached from, which may itself be behind a symlinked directory.
+    for spelled in (os.path.abspath(bin_path), real):
+        parts = spelled.split(os.sep)
+        if "node_modules" in parts:
+            i = len(parts) - 1 - parts[::-1].index("node_modules")
+            out.append(os.sep.join(parts[: i + 1]))
     try:
         with open(real, "rb") as f:
             head = f.read(256)

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v node >/dev/null || { echo "tests/install.sh: node (20+) is required on PATH" >&2; exit 1; }
 command -v npm >/dev/null || { echo "tests/install.sh: npm is required on PATH" >&2; exit 1; }
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# The ray extra too: the Ray placement tests start a real two-node cluster (tests/raycluster.py).
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test,ray]'
 
 # Debian packages: headless Chromium and its driver (dashboard browser tests) and
 # bubblewrap (the codex engine's outer sandbox).

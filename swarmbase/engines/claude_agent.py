@@ -80,6 +80,8 @@ class ClaudeEngine:
             verdict = attrs.evolve(verdict, cost_usd=prices.cost(verdict.tokens, row))
         io.usage.tokens, io.usage.cost_usd = verdict.tokens, verdict.cost_usd or 0.0
         io.usage.exact = verdict.tokens_exact and state.result is not None
+        if res.error:                    # the launcher lost the process (e.g. its node died)
+            return attrs.evolve(verdict, ok=False, value=None, error=res.error, exit_code=res.exit_code)
         if res.idle_timeout:
             return attrs.evolve(verdict, ok=False, value=None, error=(
                 f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); the agent was killed"))

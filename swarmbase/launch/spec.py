@@ -42,11 +42,13 @@ class ProcResult:
     final_seen: bool = False
     lines: int = 0
     spawn_error: str | None = None             # the process could not be started
+    error: str | None = None                   # the launcher lost or could not place it ("node lost: ...")
     node: str | None = None                    # where it ran (None: this machine)
 
 
 OnLine = Callable[[bytes], bool]               # returns True for the final event
-Started = Callable[[Mapping[str, Any]], None]  # where it runs: {"pgid", "node"?}
+Started = Callable[[Mapping[str, Any]], None]  # where it runs: {"pgid", "node"?}; a launcher with
+                                               # initial_state "waiting-node" calls it once placed
 
 
 class Launcher(Protocol):

@@ -13,13 +13,13 @@ from typing import Any
 import attrs
 import jsonschema
 
-from ..config import ENGINES, PROFILES, Caller, Config
+from ..config import ENGINES, PLACEMENTS, PROFILES, Caller, Config
 from . import journal
 from .model import Run
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 KNOWN = ("model", "effort", "profile", "schema", "maxUsd", "maxTokens", "cwd", "label", "timeoutMs",
-         "engine", "isolation", "base", "detail", "schemaRetries")
+         "engine", "isolation", "base", "detail", "schemaRetries", "placement")
 MAX_PROMPT_CHARS = 2_000_000
 MAX_SCHEMA_BYTES = {"claude": 64 * 1024,      # --json-schema takes inline JSON only: argv limits apply
                     "codex": 1024 * 1024}     # a file in the agent's private dir
@@ -47,6 +47,7 @@ class AgentOptions:
     base: str | None = None
     detail: bool = False
     schema_retries: int = 1
+    placement: str = "local"   # where the CLI runs; not part of the journal key
 
     def key_material(self, prompt: str, args_digest: str, workflow: str | None = None) -> str:
         """The content key of this call (before its occurrence index); a nested workflow's
@@ -189,7 +190,33 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     _type("schemaRetries", retries, int, "a whole number")
     if not 0 <= retries <= 3:
         raise OptionError(f"agent(): opts.schemaRetries must be between 0 and 3, got {retries}")
+    placement = _placement(opts, engine, cwd, caller, cfg)
     return AgentOptions(engine=engine, model=model, effort=effort, profile=profile, schema=schema,
                         max_usd=float(max_usd) if max_usd is not None else None, max_tokens=max_tokens,
                         cwd=cwd, label=label[:200], timeout_ms=timeout_ms, isolation=isolation, base=base,
-                        detail=detail, schema_retries=retries)
+                        detail=detail, schema_retries=retries, placement=placement)
+
+
+def _placement(opts: dict[str, Any], engine: str, cwd: str | None, caller: Caller, cfg: Config) -> str:
+    allowed = caller.placements or ["local"]
+    if "placement" not in opts:
+        chosen = cfg.default_placement(caller)
+        # The default never sends an agent where it cannot run (codex stays on this machine).
+        return "local" if chosen == "ray" and engine != "claude" and "local" in allowed else chosen
+    placement = opts["placement"]
+    if placement not in PLACEMENTS:
+        raise OptionError(f"agent(): opts.placement must be one of {', '.join(PLACEMENTS)}, got {str(placement)[:50]!r}")
+    if placement not in allowed:
+        raise OptionError(f"agent(): placement {placement!r} is not allowed for caller {caller.name!r} "
+                          f"(allowed: {', '.join(allowed)})")
+    ray = cfg.placement.ray
+    if placement == "ray":
+        if ray is None:
+            raise OptionError("agent(): placement 'ray' is not configured on this daemon (placement.ray)")
+        if engine != "claude":
+            raise OptionError("agent(): placement 'ray' runs claude agents only (a codex agent's requests go "
+                              "through the daemon's usage meter on loopback)")
+        if cwd is not None and not any(cwd == r or cwd.startswith(r.rstrip("/") + "/") for r in ray.sharedRoots):
+            raise OptionError(f"agent(): opts.cwd {cwd[:200]!r} is not under placement.ray.sharedRoots; an agent "
+                              "placed on Ray needs a cwd every node mounts at the same path")
+    return placement

@@ -65,6 +65,7 @@ class Agents:
         self.sup = sup
         self.engines = dict(engines)
         self.launcher = launcher
+        self.launchers: dict[str, Any] = {"local": launcher}    # by placement; the daemon adds "ray"
         self.global_slots = trio.Semaphore(cfg.maxConcurrentAgents)
 
     @property
@@ -152,7 +153,7 @@ class Agents:
         rec.set_state("queued")
         self.sup.store.create_agent(rec, prompt, {**opts, "resolved": {
             "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile, "cwd": o.cwd,
-            "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd}})
+            "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd, "placement": o.placement}})
         live.add_agent(rec)
         self.sup.agent_changed(live, rec)
 
@@ -166,6 +167,9 @@ class Agents:
             with scope:
                 if t.n in live.stop_reasons:          # cancelled before it could start
                     scope.cancel()
+                launcher = self.launchers.get(o.placement)
+                if launcher is None:
+                    raise AgentCallError(f"agent(): placement {o.placement!r} is not available on this daemon")
                 await live.slots.acquire(t.n)
                 holding_global = False
                 try:
@@ -173,9 +177,10 @@ class Agents:
                         reserved, reserved_tokens = await self._reserve(live, rec, o)
                         await self.global_slots.acquire()
                         holding_global = True
-                        rec.set_state("running")
+                        # Running, or waiting for a node (Ray) until the CLI starts there.
+                        rec.set_state(getattr(launcher, "initial_state", "running"))
                         self.sup.agent_changed(live, rec)
-                    verdict = await self._launch(live, rec, o, prompt, reserved, reserved_tokens, usage)
+                    verdict = await self._launch(live, rec, o, prompt, reserved, reserved_tokens, usage, launcher)
                 finally:
                     if holding_global:
                         self.global_slots.release()
@@ -248,7 +253,7 @@ class Agents:
         return reserved, tokens
 
     async def _launch(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str, reserved: float,
-                      reserved_tokens: int, usage: LiveUsage) -> Verdict:
+                      reserved_tokens: int, usage: LiveUsage, launcher: Any) -> Verdict:
         run = live.run
         api_key = self._read_key(live)
         cwd = o.cwd or str(self.sup.store.work_dir(run))
@@ -268,7 +273,7 @@ class Agents:
                        secret_files=tuple(p for p in [live.caller.apiKeyFile, str(self.cfg.path)] if p),
                        extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else ())
         try:
-            return await self._turns(live, rec, o, prompt, reserved, usage, job)
+            return await self._turns(live, rec, o, prompt, reserved, usage, job, launcher)
         finally:
             if wt is not None:
                 with trio.CancelScope(shield=True):
@@ -279,7 +284,7 @@ class Agents:
                         rec.branch = {"branch": wt.branch, "commit": None, "error": str(e)}
 
     async def _turns(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, prompt: str, reserved: float,
-                     usage: LiveUsage, job: AgentJob) -> Verdict:
+                     usage: LiveUsage, job: AgentJob, launcher: Any) -> Verdict:
         """The agent's process, and the schema nudges that follow it."""
         run = live.run
         last = [0.0]
@@ -292,6 +297,9 @@ class Agents:
 
         def started(where: Mapping[str, Any]) -> None:
             rec.node = where.get("node") if isinstance(where.get("node"), str) else None
+            if rec.state == "waiting-node":          # placed: the CLI runs on its node now
+                rec.set_state("running", **({"node": rec.node} if rec.node else {}))
+                self.sup.agent_changed(live, rec)
 
         publish_line = getattr(self.sup.events, "publish_agent_line", None)
         transcript = Transcript(rec.dir / "transcript.jsonl", self.sup.redact,
@@ -306,7 +314,7 @@ class Agents:
                 usage.tokens, usage.cost_usd = done.tokens + turn.tokens, done.cost_usd + turn.cost_usd
                 usage.responses, usage.priced = done.responses + turn.responses, turn.priced
                 usage_changed()
-            return AgentIO(launcher=self.launcher, transcript=transcript.append, usage=turn,
+            return AgentIO(launcher=launcher, transcript=transcript.append, usage=turn,
                            usage_changed=changed, started=started)
 
         try:

@@ -1,0 +1,332 @@
+"""The node side of Ray placement, run here without Ray: the guardian ends an agent's
+group when its worker dies, the task body's cleanup, the reaper, shipped workspaces; and
+the daemon side's config and agent() options for placement."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from swarmbase import config
+from swarmbase.node import agent as node_agent
+from swarmbase.node import state, workspace
+from swarmbase.node.guardian import Guarded
+from swarmbase.runs.agent_opts import OptionError, resolve
+from swarmbase.runs.model import Run
+
+from .conftest import process_table
+
+
+def alive(pid: int) -> bool:
+    entry = process_table().get(pid)
+    return entry is not None and entry[1] not in ("Z", "X")
+
+
+def wait_until(cond: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+# A CLI stand-in: prints the pid of a grandchild that ignores TERM and holds stdout, then
+# its own pid, then hangs.
+HANGING_CLI = ["/bin/sh", "-c", "(trap '' TERM; while :; do sleep 1; done) & echo $!; echo $$; cat; sleep 600"]
+
+
+@pytest.mark.slow
+def test_the_guardian_kills_the_group_when_the_worker_dies(tmp_path: Path) -> None:
+    """Ray kills only the worker and its direct children; the guardian, forked inside the
+    agent's group, sees the lifeline close and takes the whole group down."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("")
+    g = Guarded(HANGING_CLI, env={"PATH": os.environ["PATH"]}, cwd=str(tmp_path), stdin_file=str(prompt))
+    lines = g.lines()
+    batch = next(lines)
+    while len(batch) < 2:
+        batch += next(lines)
+    grandchild, leader = int(batch[0]), int(batch[1])
+    assert leader == g.pid and alive(grandchild)
+    os.close(g._life_w)                   # what the worker's death does to the lifeline
+    g._life_w = -1
+    assert wait_until(lambda: not alive(grandchild) and not alive(leader), 10)
+    g.proc.wait()
+
+
+@pytest.mark.slow
+def test_reading_ends_soon_after_the_leader_exits_even_if_stdout_stays_open(tmp_path: Path) -> None:
+    g = Guarded(["/bin/sh", "-c", "(trap '' TERM; sleep 600) & echo hi; exit 3"], env={"PATH": os.environ["PATH"]},
+                cwd=str(tmp_path), stdin_file=None)
+    got = [line for batch in g.lines() for line in batch]
+    assert got == [b"hi"]
+    g.kill()
+    assert g.proc.returncode == 3
+    assert not [p for p, (ppid, st, cmd) in process_table().items() if ppid == g.pid and st not in ("Z", "X")]
+
+
+def test_the_cli_reads_the_prompt_and_never_holds_the_lifeline(tmp_path: Path) -> None:
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("the prompt\n")
+    g = Guarded(["/bin/sh", "-c", "cat; ls /proc/$$/fd"], env={"PATH": os.environ["PATH"]}, cwd=str(tmp_path),
+                stdin_file=str(prompt))
+    got = [line for batch in g.lines() for line in batch]
+    g.kill()
+    assert got[0] == b"the prompt"
+    assert sorted(got[1:]) == [b"0", b"1", b"2"]          # no fd 3: only the guardian holds the lifeline
+
+
+def payload(tmp_path: Path, argv: list[str], **extra: Any) -> dict[str, Any]:
+    return {"v": 1, "owner": "own1", "boot": "b1", "key": "run_x-1", "argv": argv,
+            "env": {"PATH": os.environ["PATH"], "HOME": "@AGENT_DIR@/home", "SECRET": "k-123456"},
+            "cwd": str(tmp_path / "cwd"), "files": {"prompt.txt": b"hello node"}, "dirs": ["home", "tmp"],
+            "stdin_file": "prompt.txt", "read": [str(tmp_path / "cwd")], "write": [], "network": True,
+            "rlimits": [], "sandbox": "none", "placeholder": "@AGENT_DIR@", "return_workspace": False, **extra}
+
+
+@pytest.fixture
+def node_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "node"
+    monkeypatch.setenv("SWARMBASE_NODE_DIR", str(d))
+    monkeypatch.setattr(node_agent, "where", lambda: ("nodeid1", "w1"))
+    (tmp_path / "cwd").mkdir()
+    return d
+
+
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+def test_the_task_body_streams_and_cleans_up(tmp_path: Path, node_dir: Path, sandbox: str) -> None:
+    if sandbox == "bwrap" and not node_agent.sandbox_mode("bwrap") == "bwrap":
+        pytest.fail("bubblewrap is required for this test (tests/install.sh installs it)")
+    items = list(node_agent.run_agent(payload(tmp_path, ["/bin/sh", "-c", 'cat; echo; echo "$HOME"; pwd'],
+                                              sandbox=sandbox)))
+    started, *batches, end = items
+    assert started == {"kind": "started", "node": "nodeid1", "name": "w1", "pgid": started["pgid"], "sandbox": sandbox}
+    lines = [line for b in batches for line in b]
+    home = "/run/swarmbase/agent/home" if sandbox == "bwrap" else str(node_dir / "homes/own1/b1/run_x-1/home")
+    assert lines == [b"hello node", home.encode(), str(tmp_path / "cwd").encode()]
+    assert end == {"kind": "exit", "code": 0}
+    assert not (node_dir / "homes/own1/b1/run_x-1").exists()
+    assert not list((node_dir / "procs").rglob("*.json"))
+
+
+def test_a_cancelled_task_kills_the_group_and_what_left_it(tmp_path: Path, node_dir: Path) -> None:
+    """Ray's ordinary cancel is a KeyboardInterrupt in the task: `finally` kills the group,
+    and a background job that left the group (its own pgid) by its marker."""
+    cli = ["/bin/sh", "-c", "setsid sh -c 'echo $$; exec sleep 600' & sleep 600"]
+    body = node_agent.run_agent(payload(tmp_path, cli))
+    started = next(body)
+    record = node_dir / "procs/own1/b1/run_x-1.json"
+    assert json.loads(record.read_text())["pgid"] == started["pgid"]
+    escaped = int(next(body)[0])
+    assert alive(escaped) and os.getpgid(escaped) != started["pgid"]
+    with pytest.raises(KeyboardInterrupt):
+        body.throw(KeyboardInterrupt)
+    assert wait_until(lambda: not alive(escaped) and not alive(started["pgid"]), 5)
+    assert not record.exists() and not (node_dir / "homes/own1/b1/run_x-1").exists()
+
+
+def test_a_cli_that_cannot_start_is_reported(tmp_path: Path, node_dir: Path) -> None:
+    items = list(node_agent.run_agent(payload(tmp_path, ["/nonexistent/claude"], stdin_file=None)))
+    assert items == [{"kind": "spawn-error", "detail": "the executable is missing on node w1: /nonexistent/claude"}]
+    assert not (node_dir / "homes/own1/b1/run_x-1").exists()
+
+
+def test_an_old_payload_version_is_refused(tmp_path: Path, node_dir: Path) -> None:
+    with pytest.raises(RuntimeError, match="payload v1"):
+        next(node_agent.run_agent({**payload(tmp_path, ["true"]), "v": 99}))
+
+
+def test_the_reaper_kills_an_earlier_lifes_leftovers_only(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+
+    def leftover(owner: str, boot: str, key: str, own_group: bool = True) -> subprocess.Popen[bytes]:
+        mark = state.marker(owner, boot, key)
+        p = subprocess.Popen(["sleep", "600"], start_new_session=own_group, env={state.MARKER_ENV: mark})
+        rec, home, _ = state.agent_dirs(owner, boot, key, root)
+        state.write_record(rec, {"pgid": p.pid, "startTime": state.start_time(p.pid), "marker": mark})
+        state.makedirs(home)
+        return p
+
+    old = leftover("own1", "old", "run_a-1")
+    current = leftover("own1", "now", "run_b-1")
+    other = leftover("own2", "old", "run_c-1")
+    try:
+        out = state.reap("own1", "now", root)
+        assert out["records"] == 1 and out["killed"] >= 1
+        assert old.wait(5) == -signal.SIGKILL
+        assert current.poll() is None and other.poll() is None       # this life's, another daemon's: kept
+        assert not (root / "procs/own1/old").exists() and not (root / "homes/own1/old").exists()
+        assert (root / "procs/own1/now/run_b-1.json").exists()
+    finally:
+        for p in (current, other):
+            p.kill()
+            p.wait()
+
+
+def test_a_reused_pid_is_never_killed(tmp_path: Path) -> None:
+    root = tmp_path / "node"
+    bystander = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        rec, _, _ = state.agent_dirs("own1", "old", "run_a-1", root)
+        # The recorded leader had another start time; the bystander carries no marker.
+        state.write_record(rec, {"pgid": bystander.pid, "startTime": 1, "marker": "own1/old/run_a-1"})
+        state.reap("own1", "now", root)
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_shipped_workspace_comes_back_as_changes(tmp_path: Path) -> None:
+    daemon, node = tmp_path / "daemon", tmp_path / "node"
+    (daemon / "sub").mkdir(parents=True)
+    (daemon / "keep.txt").write_text("keep")
+    (daemon / "edit.txt").write_text("old")
+    (daemon / "sub" / "gone.txt").write_text("x")
+    workspace.unpack(workspace.pack(daemon), node)
+    before = workspace.manifest(node)
+    (node / "edit.txt").write_text("new text")
+    (node / "sub" / "gone.txt").unlink()
+    (node / "new" / "deep").mkdir(parents=True)
+    (node / "new" / "deep" / "f.txt").write_text("f")
+    tar, deleted = workspace.changes(node, before)
+    names = tarfile.open(fileobj=io.BytesIO(tar)).getnames()
+    assert "keep.txt" not in names and "edit.txt" in names and deleted == ["sub/gone.txt"]
+    (daemon / "other.txt").write_text("another agent's edit meanwhile")
+    workspace.apply(daemon, tar, deleted)
+    assert (daemon / "edit.txt").read_text() == "new text" and (daemon / "keep.txt").read_text() == "keep"
+    assert not (daemon / "sub" / "gone.txt").exists() and (daemon / "new/deep/f.txt").read_text() == "f"
+    assert (daemon / "other.txt").exists()
+
+
+def test_hostile_workspace_returns_cannot_escape(tmp_path: Path) -> None:
+    root = tmp_path / "work"
+    root.mkdir()
+    (tmp_path / "outside.txt").write_text("precious")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        info = tarfile.TarInfo("../escape.txt")
+        info.size = 1
+        t.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(tarfile.TarError):
+        workspace.apply(root, buf.getvalue(), [])
+    workspace.apply(root, workspace.pack(root), ["../outside.txt", "/etc/hostname"])
+    assert (tmp_path / "outside.txt").read_text() == "precious" and not (tmp_path / "escape.txt").exists()
+
+
+def test_a_too_large_workspace_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(workspace, "MAX_BYTES", 10)
+    (tmp_path / "big").write_bytes(b"x" * 11)
+    with pytest.raises(workspace.WorkspaceTooLarge):
+        workspace.pack(tmp_path)
+
+
+# -- config and agent() options ---------------------------------------------------------
+
+def ray_config(tmp_path: Path, mode: int = 0o600, **extra: Any) -> config.Config:
+    token = tmp_path / "ray-token"
+    token.write_text("x" * 40)
+    token.chmod(mode)
+    (tmp_path / "roots" / "shared").mkdir(parents=True, exist_ok=True)
+    raw: dict[str, Any] = {"sandbox": "none", "engines": {"claude": {"bin": sys.executable}},
+                           "placement": {"ray": {"address": "10.0.0.5:6379", "tokenFile": str(token),
+                                                 "sharedRoots": [str(tmp_path / "roots" / "shared")]}},
+                           "callers": [{"name": "alice", "tokenSha256": "a" * 64,
+                                        "cwdRoots": [str(tmp_path / "roots")]}]}
+    for k, v in extra.items():
+        raw[k] = v
+    return config.parse(json.dumps(raw), tmp_path / "state" / "config.json")
+
+
+def fault(tmp_path: Path, **extra: Any) -> str:
+    with pytest.raises(config.ConfigError) as ei:
+        ray_config(tmp_path, **extra)
+    return str(ei.value)
+
+
+def test_config_refuses_a_ray_cluster_without_a_private_token(tmp_path: Path) -> None:
+    cfg = ray_config(tmp_path)
+    assert cfg.placement.ray is not None and cfg.placement.ray.resource == "swarmbase_agents"
+    assert cfg.callers[0].placements == ["local", "ray"] and cfg.default_placement(cfg.callers[0]) == "local"
+    assert "must be mode 0600" in fault(tmp_path, mode=0o640)
+    assert "refuses a Ray cluster without token authentication" in fault(
+        tmp_path, placement={"ray": {"address": "10.0.0.5:6379"}})
+    assert "Ray Client (ray://) is not supported" in fault(
+        tmp_path, placement={"ray": {"address": "ray://10.0.0.5:10001", "tokenFile": str(tmp_path / "ray-token")}})
+    assert 'placement.default: "ray" needs placement.ray' in fault(tmp_path, placement={"default": "ray"})
+    assert "placements[0]" in fault(tmp_path, placement={}, callers=[
+        {"name": "a", "tokenSha256": "a" * 64, "placements": ["ray"]}])
+    assert "contains the daemon's state dir" in fault(tmp_path, placement={"ray": {
+        "address": "h:1", "tokenFile": str(tmp_path / "ray-token"), "sharedRoots": [str(tmp_path / "state")]}})
+
+
+def resolve_for(cfg: config.Config, opts: dict[str, Any], caller: config.Caller | None = None) -> Any:
+    run = Run(id="run_x", caller="alice", dir_name="d", created_at=0.0)
+    return resolve("p", opts, run, caller or cfg.callers[0], cfg, 1, 60_000)
+
+
+def test_opts_placement(tmp_path: Path) -> None:
+    cfg = ray_config(tmp_path)
+    assert resolve_for(cfg, {}).placement == "local"
+    assert resolve_for(cfg, {"placement": "ray"}).placement == "ray"
+    shared = tmp_path / "roots" / "shared"
+    assert resolve_for(cfg, {"placement": "ray", "cwd": str(shared)}).cwd == str(shared)
+    with pytest.raises(OptionError, match="not under placement.ray.sharedRoots"):
+        resolve_for(cfg, {"placement": "ray", "cwd": str(tmp_path / "roots")})
+    with pytest.raises(OptionError, match="must be one of local, ray"):
+        resolve_for(cfg, {"placement": "moon"})
+    local_only = config.Caller(name="bob", tokenSha256="b" * 64, placements=["local"], engines=["claude"])
+    with pytest.raises(OptionError, match="not allowed for caller 'bob'"):
+        resolve_for(cfg, {"placement": "ray"}, local_only)
+    import attrs
+    ray_first = attrs.evolve(cfg, placement=attrs.evolve(cfg.placement, default="ray"))
+    assert resolve_for(ray_first, {}).placement == "ray"
+    assert resolve_for(ray_first, {}, local_only).placement == "local"
+
+
+def test_codex_agents_stay_on_this_machine(tmp_path: Path) -> None:
+    """A codex agent's requests go through the daemon's meter on loopback: never placed on Ray."""
+    cfg = ray_config(tmp_path, sandbox="bwrap", engines={"claude": {"bin": sys.executable},
+                                        "codex": {"bin": sys.executable, "baseUrl": "http://127.0.0.1:9",
+                                                  "defaultModel": "gpt-test"}})
+    with pytest.raises(OptionError, match="placement 'ray' runs claude agents only"):
+        resolve_for(cfg, {"engine": "codex", "placement": "ray"})
+    import attrs
+    ray_first = attrs.evolve(cfg, placement=attrs.evolve(cfg.placement, default="ray"))
+    assert resolve_for(ray_first, {"engine": "codex"}).placement == "local"
+    assert resolve_for(ray_first, {"engine": "claude"}).placement == "ray"
+
+
+def test_the_daemon_loads_ray_only_to_use_it(tmp_path: Path) -> None:
+    """Services built with and without placement.ray (not yet connected): Ray is not imported."""
+    cfg = ray_config(tmp_path)
+    code = ("import sys, json, pathlib\n"
+            "from swarmbase import config, daemon\n"
+            "cfg = config.parse(sys.argv[1], pathlib.Path(sys.argv[2]))\n"
+            "s = daemon.build_services(cfg)\n"
+            "print(json.dumps({'ray': 'ray' in sys.modules, 'launcher': type(s.ray).__name__,\n"
+            "                  'placements': sorted(s.supervisor.agents.launchers)}))\n")
+    raw = json.loads(json.dumps({"sandbox": "none", "engines": {"claude": {"bin": sys.executable}},
+                                 "placement": {"ray": {"address": "10.0.0.5:6379",
+                                                       "tokenFile": str(tmp_path / "ray-token")}}}))
+    (tmp_path / "state").mkdir(exist_ok=True)
+    for placement, launcher in ((raw["placement"], "RayLauncher"), ({}, "NoneType")):
+        out = subprocess.run([sys.executable, "-c", code, json.dumps({**raw, "placement": placement}),
+                              str(tmp_path / "state" / "config.json")], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent.parent, timeout=60)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout)
+        assert got["ray"] is False and got["launcher"] == launcher
+        assert got["placements"] == (["local", "ray"] if placement else ["local"])
+    assert cfg.placement.ray is not None
