@@ -206,9 +206,13 @@ class Outbox:
         return [e["notice"] for e in self._by_caller.get(caller, {}).values()]
 
     def next_pending(self, caller: str, skip: Any = ()) -> dict[str, Any] | None:
-        """The caller's oldest notice whose eventId is not in `skip`."""
+        """The caller's oldest notice whose eventId is not in `skip`. A held notice stops
+        the walk: the ones behind it wait for it (a hold lasts one final write), so a host
+        always receives a caller's notices in the order they were queued."""
         for eid, e in self._by_caller.get(caller, {}).items():
-            if eid not in skip and eid not in self._held:
+            if eid in self._held:
+                return None
+            if eid not in skip:
                 return e["notice"]
         return None
 

@@ -56,6 +56,21 @@ def test_adds_append_and_acks_survive_reload(tmp_path: Path) -> None:
     assert again.next_pending("a", skip={notice(1)["eventId"]}) == notice(2)
 
 
+def test_a_held_notice_keeps_the_ones_behind_it_waiting(tmp_path: Path) -> None:
+    # Run ends can be released out of order (their final writes race); a host must still
+    # get a caller's notices in the order they were queued.
+    box = Outbox(tmp_path / "outbox.jsonl")
+    box.add("bob", notice(1))
+    box.add("bob", notice(2), hold=True)
+    box.add("bob", notice(3))
+    assert box.next_pending("bob")["eventId"] == notice(1)["eventId"]
+    box.ack(notice(1)["eventId"])
+    assert box.next_pending("bob") is None          # 3 waits behind the held 2
+    box.release(notice(2)["eventId"])
+    assert box.next_pending("bob")["eventId"] == notice(2)["eventId"]
+    assert box.next_pending("bob", skip={notice(2)["eventId"]})["eventId"] == notice(3)["eventId"]
+
+
 def test_torn_tail_loses_nothing_whole(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     p = tmp_path / "outbox.jsonl"
     ob = Outbox(p)
