@@ -23,6 +23,8 @@ import httpx
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.profile import Recorder  # noqa: E402
 
 UPSTREAM = textwrap.dedent("""
     import json, sys, trio, hypercorn.config, hypercorn.trio
@@ -93,7 +95,7 @@ async def read_all(url: str, headers: dict[str, str]) -> tuple[int, float]:
     return total, time.perf_counter() - t
 
 
-async def main(mb: int) -> None:
+async def main(mb: int, profile: str | None = None) -> None:
     up = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(mb)], stdout=subprocess.PIPE, text=True)
     upstream = up.stdout.readline().strip()
     meter = subprocess.Popen([sys.executable, "-c", METER, upstream, str(ROOT)], stdout=subprocess.PIPE, text=True)
@@ -104,7 +106,8 @@ async def main(mb: int) -> None:
         await read_all(meter_url + "/responses", {"Authorization": f"Bearer {bearer}"})
         rss0 = status_kb(meter.pid, "VmRSS")
         direct_bytes, direct_s = await read_all(upstream + "/responses", {})
-        relayed_bytes, relayed_s = await read_all(meter_url + "/responses", {"Authorization": f"Bearer {bearer}"})
+        with Recorder(meter.pid, profile):
+            relayed_bytes, relayed_s = await read_all(meter_url + "/responses", {"Authorization": f"Bearer {bearer}"})
         hwm = status_kb(meter.pid, "VmHWM")
         rss1 = status_kb(meter.pid, "VmRSS")
     finally:
@@ -118,9 +121,12 @@ async def main(mb: int) -> None:
     print(f"meter RSS: {rss_start / 1024:.1f} MiB at start, {rss0 / 1024:.1f} MiB after a warm-up relay, "
           f"{rss1 / 1024:.1f} MiB after the measured one, peak {hwm / 1024:.1f} MiB "
           f"(growth over the start {(max(hwm, rss1) - rss_start) / 1024:.1f} MiB; target < 10 MB)")
+    print(f"relay / direct throughput: {direct_s / relayed_s:.2f}× (target ≥ 0.8×)")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--mb", type=int, default=100)
-    trio.run(main, p.parse_args().mb)
+    p.add_argument("--profile", help="write py-spy stacks of the meter here (see bench/profile.py)")
+    a = p.parse_args()
+    trio.run(main, a.mb, a.profile)

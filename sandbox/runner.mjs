@@ -80,6 +80,7 @@ class Runner {
     this.sliceMs = 5000;
     this.memoryMb = DEFAULT_MEMORY_MB;
     this.finished = false;
+    this.started = false;
     this.drainScript = new vm.Script('__sb.drain()');
     this.pendingScript = new vm.Script('__sb.pendingCount()');
     this.startNextScript = new vm.Script('__sb.startNext()');
@@ -163,6 +164,10 @@ class Runner {
   }
 
   start(msg) {
+    // One script per runner, ever (a warm spare is single-use): a second start is a daemon bug.
+    if (this.started) return this.finish({ t: 'done', ok: false, line: null,
+      error: 'runner: a second script was sent to this runner (a runner runs one script)' });
+    this.started = true;
     if (Number.isInteger(msg.sliceMs) && msg.sliceMs > 0) this.sliceMs = msg.sliceMs;
     if (Number.isFinite(msg.memoryLimitMb) && msg.memoryLimitMb > 0) this.memoryMb = msg.memoryLimitMb;
     try {

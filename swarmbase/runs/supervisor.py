@@ -32,8 +32,9 @@ from .budget import BudgetGate, Ledger
 from .journal import Journal, KeyCounter
 from .model import Run, first_line, iso, new_run_id
 from .records import ENDED, AgentRecord, Redactor, redact_value
-from .script_host import ScriptHost, run_live_script
+from .script_host import ScriptHost, run_live_script, spare_spec
 from .slots import RunSlots
+from .spares import SpareRunners
 from .store import DamagedFile, RunStore
 
 log = logging.getLogger("swarmbase.supervisor")
@@ -183,6 +184,10 @@ class Supervisor:
         self.public_base = cfg.publicUrl.rstrip("/") if cfg.publicUrl else f"http://127.0.0.1:{cfg.port}"
         self.unsaved: dict[str, Run] = {}      # ended runs whose record could not be written yet
         self._nursery: trio.Nursery | None = None
+        # Warm spare runners (single-use; see spares.py), when runners start through the launcher.
+        self.spares: SpareRunners | None = None
+        if launcher is not None and runner_argv is None and cfg.spareRunners > 0:
+            self.spares = SpareRunners(launcher, spare_spec(cfg), cfg.spareRunners)
 
     # -- boot -------------------------------------------------------------
     def recover(self) -> list[Run]:
@@ -197,6 +202,8 @@ class Supervisor:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._resave_loop)
+            if self.spares is not None:
+                nursery.start_soon(self.spares.serve)
             for run in resume or []:
                 self._resume_on_boot(run)
             task_status.started()
