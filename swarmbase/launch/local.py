@@ -91,7 +91,9 @@ class LocalLauncher:
                 async with group_process(wrap(self.mode, self.layout, conf, argv), env=env, cwd=spec.cwd,
                                          stdin=stdin, stdout=stdout, stderr=stderr, grace=grace,
                                          limits=spec.limits, record=self.procs / f"{spec.key}.json",
-                                         record_extra=spec.record) as proc:
+                                         record_extra=spec.record,
+                                         # bubblewrap's --die-with-parent sets the signal itself
+                                         parent_death=self.mode == "none") as proc:
                     self.spawned += 1
                     yield proc
             finally:
