@@ -53,6 +53,53 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
 
 
+class LongSteps(trio.abc.Instrument):
+    """Which task steps hold the loop longest (the profile of the lag): by the code the
+    task was at when its step began, summed over steps of 2 ms and more."""
+
+    def __init__(self) -> None:
+        self.t0 = 0.0
+        self.where = ""
+        self.total: dict[str, list[float]] = {}
+
+    @staticmethod
+    def _where(task: trio.lowlevel.Task) -> str:
+        """The innermost daemon frame (swarmbase/, dashboard/) of the task's await chain."""
+        coro, ours = task.coro, None
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) \
+                or getattr(coro, "gi_frame", None)
+            if frame is None:
+                break
+            if "swarmbase/" in frame.f_code.co_filename or "dashboard/" in frame.f_code.co_filename:
+                ours = frame
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None) or getattr(coro, "gi_yieldfrom", None)
+        if ours is None:
+            return task.name
+        return f"{ours.f_code.co_name} ({ours.f_code.co_filename.rsplit('/', 2)[-1]}:{ours.f_lineno})"
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.t0 = time.perf_counter()
+        try:
+            self.where = self._where(task)
+        except Exception:
+            self.where = task.name
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if not self.t0:
+            return
+        dt = (time.perf_counter() - self.t0) * 1000
+        if dt >= 2:
+            e = self.total.setdefault(self.where, [0.0, 0, 0.0])
+            e[0] += dt
+            e[1] += 1
+            e[2] = max(e[2], dt)
+
+    def report(self, top: int = 12) -> str:
+        rows = sorted(self.total.items(), key=lambda kv: -kv[1][0])[:top]
+        return "\n".join(f"    {v[0]:8.0f} ms in {v[1]:4d} steps (max {v[2]:5.1f} ms)  {k}" for k, v in rows)
+
+
 async def lag_probe(out: list[float]) -> None:
     """How late the loop wakes a task that asked to sleep PROBE_S (ms)."""
     while True:
@@ -83,7 +130,8 @@ async def plain(argv: list[str], prompt: Path, n: int, conc: int) -> float:
     return time.perf_counter() - t
 
 
-async def through_daemon(state: Path, cli: Path, n: int, conc: int) -> dict[str, float]:
+async def through_daemon(state: Path, cli: Path, n: int, conc: int, steps: LongSteps | None = None
+                         ) -> dict[str, float]:
     state.mkdir()
     key = state / "bench.key"
     key.write_text("sk-bench-key-000000")
@@ -109,6 +157,8 @@ async def through_daemon(state: Path, cli: Path, n: int, conc: int) -> dict[str,
                                                         f"() => () => agent('noop', {{maxUsd: 0.05}})))).length",
                                               "budgetUsd": n})
         live = sup.live[run.id]
+        if steps is not None:
+            trio.lowlevel.add_instrument(steps)
         async with trio.open_nursery() as probes:
             probes.start_soon(lag_probe, lag)
 
@@ -123,6 +173,8 @@ async def through_daemon(state: Path, cli: Path, n: int, conc: int) -> dict[str,
             probes.start_soon(watch_memory)
             await live.finished.wait()
             probes.cancel_scope.cancel()
+        if steps is not None:
+            trio.lowlevel.remove_instrument(steps)
         out["elapsed"] = time.perf_counter() - t
         assert run.status == "completed", run.error
         gc.collect()
@@ -135,7 +187,7 @@ async def through_daemon(state: Path, cli: Path, n: int, conc: int) -> dict[str,
     return out
 
 
-async def main(sizes: list[int], conc: int) -> None:
+async def main(sizes: list[int], conc: int, show_steps: bool) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sb-bench-agents-"))
     (tmp / "bin").mkdir()
     cli = fake_claude.install(tmp / "bin")
@@ -148,7 +200,8 @@ async def main(sizes: list[int], conc: int) -> None:
     for n in sizes:
         base = await plain([str(cli)], prompt, n, conc)
         base_boxed = await plain(boxed, prompt, n, conc)
-        d = await through_daemon(tmp / f"state-{n}", cli, n, conc)
+        steps = LongSteps() if show_steps else None
+        d = await through_daemon(tmp / f"state-{n}", cli, n, conc, steps)
         per_agent[n] = (d["elapsed"] - base_boxed) / n * 1000
         print(f"{n} no-op agents, {conc} at a time (daemon sandbox: {d['sandbox']})")
         print(f"  plain Trio loop, bare CLI:      {base:.2f} s ({base / n * 1000:.1f} ms per process)")
@@ -164,6 +217,8 @@ async def main(sizes: list[int], conc: int) -> None:
               f"{live_kb / n:.1f} KB per finished agent with the run still live, "
               f"{(d['after_rss_kb'] - d['rss0_kb']) / n:.1f} KB per agent after it ended (target < 50 KB)")
         print(f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
+        if steps is not None:
+            print("  task steps of 2 ms and more, by where the task was:\n" + steps.report(), flush=True)
     if len(sizes) > 1:
         small, big = sizes[0], sizes[-1]
         print(f"per-agent overhead at {big} vs {small}: {per_agent[big]:.2f} vs {per_agent[small]:.2f} ms "
@@ -174,5 +229,6 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--agents", default="200", help="comma-separated sizes, e.g. 200,2000")
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--steps", action="store_true", help="list the task steps that held the loop longest")
     a = p.parse_args()
-    trio.run(main, [int(x) for x in a.agents.split(",")], a.concurrency)
+    trio.run(main, [int(x) for x in a.agents.split(",")], a.concurrency, a.steps)

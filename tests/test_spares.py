@@ -57,6 +57,7 @@ async def test_a_run_takes_the_spare_and_a_new_one_replaces_it(spare_env: Env, n
         assert run.status == "completed", run.error
         assert env.services.store.result_text(run) == "42"
         assert pool.handed_out == 1 and first.taken and first.used
+        assert first.key.startswith("spare-")
         await gone(first.proc.pid)                       # killed with its run, like a cold runner
         assert not (env.state / "procs" / f"{first.key}.json").exists()
         second = await ready_spare(pool, other_than=first.proc.pid)
@@ -102,10 +103,15 @@ async def test_a_cancelled_run_kills_its_spare(spare_env: Env, nursery: trio.Nur
     sup = env.services.supervisor
     with trio.fail_after(60):
         spare = await ready_spare(sup.spares)
+        record = env.state / "procs" / f"{spare.key}.json"
+        assert json.loads(record.read_text())["spare"] is True
         run = sup.start(env.cfg.caller("alice"), {"script": "await agent('forever'); return 1"})
         live = sup.live[run.id]
         await sup.agents.started.wait()
         assert spare.used and alive(spare.proc)
+        # Its process record now names the run it serves (same pgid for the boot reaper).
+        noted = json.loads(record.read_text())
+        assert noted["runId"] == run.id and noted["spare"] == "taken" and noted["pgid"] == spare.proc.pid
         sup.cancel(run)
         await live.finished.wait()
         assert run.status == "cancelled"

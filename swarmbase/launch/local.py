@@ -78,8 +78,9 @@ class LocalLauncher:
     async def open(self, spec: LaunchSpec, *, stdin: int | None = None, stdout: int | None = subprocess.PIPE,
                    stderr: int | None = None, grace: float = 1.0) -> AsyncIterator[Child]:
         """The process with the pipes asked for, killed as a group on exit; its private
-        dir is made before and deleted after."""
-        private = self._prepare(spec)
+        dir is made before and deleted after (in a worker thread: a burst of agents made
+        and removed hundreds of files on the event loop)."""
+        private = await trio.to_thread.run_sync(self._prepare, spec) if (spec.dirs or spec.files or spec.stdin_file) else None
         try:
             conf = self.confinement(spec, private)
             argv, env = placed(spec, inside_path(conf, self.mode, str(private)) if private else "")
@@ -101,7 +102,8 @@ class LocalLauncher:
                     stdin_file.close()
         finally:
             if private is not None:
-                shutil.rmtree(private, ignore_errors=True)
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(shutil.rmtree, private, True)
 
     async def run(self, spec: LaunchSpec, on_line: OnLine, started: Started | None = None) -> ProcResult:
         """Run until the final event, the leader's exit, or the idle watchdog. Cancelling

@@ -332,7 +332,10 @@ class Agents:
                     total = nudge.add(total, verdict)
                 verdict = total
         finally:
-            transcript.close()
+            # Its fsync in a worker thread: an fsync per agent on the loop stalled every
+            # viewer and every other agent for its duration.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(transcript.close)
         rec.priced = usage.priced
         if deadline.cancelled_caught:
             return Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=self._killed_cost(usage),

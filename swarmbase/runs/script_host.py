@@ -124,7 +124,7 @@ async def start_script(sup: "Supervisor", scope: Any, host: ScriptHost, source: 
     cfg = sup.cfg
     spec = runner_spec(key=key, memory_mb=cfg.runnerMemoryMb, cpu_seconds=cfg.runnerCpuSeconds,
                        record={"runId": scope.run.id, "runner": True, "workflow": scope.workflow_path})
-    spare = sup.spares.take() if sup.spares is not None and sup.runner_argv is None else None
+    spare = sup.spares.take(spec.record) if sup.spares is not None and sup.runner_argv is None else None
     if spare is None:
         return await run_script(source, args, host, sup.limits, sup.runner_argv, launcher=sup.launcher, spec=spec)
     try:

@@ -26,10 +26,11 @@ import os
 import secrets
 import subprocess
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Mapping
 
 import trio
 
+from .. import fsutil
 from ..launch.spec import LaunchSpec
 from ..spawn import Child
 
@@ -84,17 +85,30 @@ class SpareRunners:
         self.handed_out = 0
         self.died = 0                         # spares that died while waiting
 
-    def take(self) -> Spare | None:
-        """A ready spare, now owned by the caller alone; None if none is ready."""
+    def take(self, record: Mapping[str, Any] | None = None) -> Spare | None:
+        """A ready spare, now owned by the caller alone; None if none is ready. `record`:
+        fields (the run id) added to its process record, which until now said `spare`."""
         while self.ready:
             spare = self.ready.pop(0)
             spare.taken = True
             spare.waiting.cancel()
             if alive(spare.proc):
                 self.handed_out += 1
+                self._note_taken(spare, record or {})
                 return spare
             spare.released.set()              # dead already: its keeper reaps it and starts another
         return None
+
+    def _note_taken(self, spare: Spare, record: Mapping[str, Any]) -> None:
+        procs = getattr(self.launcher, "procs", None)
+        if procs is None:
+            return
+        path = procs / f"{spare.key}.json"
+        try:
+            data = fsutil.read_json(path) or {}
+            fsutil.write_json(path, {**data, **record, "spare": "taken"}, durable=False)
+        except (OSError, ValueError) as e:      # the record is for the boot reaper's pgid; that stays
+            log.warning("could not note the run in %s: %s", path.name, e)
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
