@@ -25,7 +25,8 @@ IDLE = ("epoll", "select", "poll (", "_epoll", "wait (threading", "acquire (", "
 class Recorder:
     """py-spy record on a pid, as a context manager (a no-op without a path)."""
 
-    def __init__(self, pid: int, path: str | None, rate: int = 250, idle: bool = False) -> None:
+    def __init__(self, pid: int, path: str | None, rate: int = 250, idle: bool = False, gil: bool = True) -> None:
+        self.gil = gil
         self.pid, self.path, self.rate, self.idle = pid, path, rate, idle
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -37,7 +38,7 @@ class Recorder:
             # --gil: only the thread holding the GIL is sampled, so a profile shows where the
             # daemon's Python time goes (threads blocked in fsync or fork do not hold it).
             argv = [spy, "record", "-p", str(self.pid), "-o", self.path, "--format", "raw", "-r", str(self.rate),
-                    "--threads", "--gil", "--nonblocking"] + (["--idle"] if self.idle else [])
+                    "--threads", "--nonblocking"] + (["--gil"] if self.gil else []) + (["--idle"] if self.idle else [])
             self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return self
 
