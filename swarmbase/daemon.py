@@ -28,6 +28,7 @@ from .config import Config
 from .engines.claude_agent import ClaudeEngine
 from .engines.codex_agent import CodexEngine
 from .engines.meter import Meter
+from .lag import LagProbe
 from .launch.local import LocalLauncher
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
 from .outbox import Outbox
@@ -49,6 +50,7 @@ class Services:
     meter: Meter | None = None
     launcher: LocalLauncher | None = None
     drain: trio.Event = attrs.Factory(trio.Event)
+    lag: LagProbe = attrs.Factory(LagProbe)
 
 
 def caller_secrets(cfg: Config) -> list[str]:
@@ -206,6 +208,7 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
         await nursery.start(partial(services.supervisor.serve, resume=resume))
         nursery.start_soon(services.outbox.maintain)
+        nursery.start_soon(services.lag.run)
         async with trio.open_nursery() as web:
             binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
             url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"
