@@ -126,6 +126,9 @@ async def main(viewers: int, agents: int, profile: str | None = None) -> None:
                         gate.unlink()
                         await h.wait_notice(f"{run_id}:end")
                         cpu1, t1 = cpu_seconds(proc.pid), time.perf_counter()
+        import httpx
+        async with httpx.AsyncClient(base_url=url) as c:
+            lag = (await c.get("/streams")).json().get("loopLag") or {}
         delays.sort()
         print(f"{viewers} viewers × {agents} agents: {len(delays)} agent events received "
               f"({min(counts)}–{max(counts)} per viewer)")
@@ -133,6 +136,9 @@ async def main(viewers: int, agents: int, profile: str | None = None) -> None:
               f"p95 {delays[int(len(delays) * 0.95)] * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms")
         print(f"daemon CPU while watched: {(cpu1 - cpu0) / (t1 - t0) * 100:.0f}% of one core over {t1 - t0:.1f} s "
               f"(runner, 200 agents and 50 streams); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        if lag:
+            print(f"daemon event-loop lag (its own probe, last {lag['samples']} ticks): p50 {lag['p50Ms']} ms, "
+                  f"p99 {lag['p99Ms']} ms, max {lag['maxMs']} ms")
     finally:
         proc.terminate()
         await proc.wait()

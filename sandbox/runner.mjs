@@ -81,9 +81,20 @@ class Runner {
     this.memoryMb = DEFAULT_MEMORY_MB;
     this.finished = false;
     this.started = false;
+    this.bootstrapError = null;
     this.drainScript = new vm.Script('__sb.drain()');
     this.pendingScript = new vm.Script('__sb.pendingCount()');
     this.startNextScript = new vm.Script('__sb.startNext()');
+  }
+
+  // The hooks are defined before any start message arrives: their source is the
+  // runner's own and holds nothing of any run, so a warm spare has them ready.
+  bootstrap() {
+    try {
+      this.eval(BOOTSTRAP, 'bootstrap.js');
+    } catch (e) {
+      this.bootstrapError = e;
+    }
   }
 
   eval(source, filename = 'bridge.js', timeout = this.sliceMs) {
@@ -170,11 +181,7 @@ class Runner {
     this.started = true;
     if (Number.isInteger(msg.sliceMs) && msg.sliceMs > 0) this.sliceMs = msg.sliceMs;
     if (Number.isFinite(msg.memoryLimitMb) && msg.memoryLimitMb > 0) this.memoryMb = msg.memoryLimitMb;
-    try {
-      this.eval(BOOTSTRAP, 'bootstrap.js');
-    } catch (e) {
-      return this.fatal(e);
-    }
+    if (this.bootstrapError) return this.fatal(this.bootstrapError);
     let body;
     try {
       body = new vm.Script(scriptSource(msg.script), { filename: 'script.js' });
@@ -218,6 +225,7 @@ async function probe(msg) {
 }
 
 const runner = new Runner();
+runner.bootstrap();
 const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
 rl.on('line', (line) => {
   if (!line.trim()) return;
