@@ -84,6 +84,10 @@ class LiveRun:
     warned: bool = False                                 # the budget warning went out
     depth: int = 0                                       # the root script; workflows count from 1
     workflow_calls: int = 0                              # workflow() calls made by the root script
+    # Kept as agents change (agent_changed), so a change costs the same at agent 2,000 as
+    # at agent 2: the numbers running now, and the rows of ended agents (they never change).
+    running_now: set[int] = attrs.Factory(set)
+    ended_rows: dict[int, dict[str, Any]] = attrs.Factory(dict)
 
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
@@ -132,8 +136,9 @@ class LiveRun:
         return self.phase_for("")
 
     def phases_view(self) -> list[dict[str, Any]]:
+        ended = self.ended_rows
         return [{"title": p["title"], "workflow": p.get("workflow", ""),
-                 "agents": [self.agents[n].row() for n in p["agents"] if n in self.agents]}
+                 "agents": [ended[n] if n in ended else self.agents[n].row() for n in p["agents"] if n in self.agents]}
                 for p in self.phases]
 
     def totals(self) -> tuple[float, int, float, int]:
@@ -150,7 +155,7 @@ class LiveRun:
 
     @property
     def running(self) -> int:
-        return sum(1 for a in self.agents.values() if a.state == "running")
+        return len(self.running_now)
 
 
 class Supervisor:
@@ -291,9 +296,17 @@ class Supervisor:
     def agent_changed(self, live: LiveRun, rec: AgentRecord, usage_only: bool = False) -> None:
         """An agent's state (or live usage) moved: viewers now; its record and phases.json
         on the run's flush (at once when it ended)."""
-        self.events.publish(live.run.id, "agent", {**rec.row(), "phase": rec.phase})
+        row = rec.row()
+        self.events.publish(live.run.id, "agent", {**row, "phase": rec.phase})
         if usage_only:
             return
+        root = live.root
+        if rec.state == "running":
+            root.running_now.add(rec.n)
+        else:
+            root.running_now.discard(rec.n)
+        if rec.state in ENDED:
+            root.ended_rows[rec.n] = row
         live.writes.agent(rec)
         if rec.state in ENDED:
             live.writes.urgent.set()
