@@ -166,15 +166,15 @@ async def through_daemon(state: Path, cli: Path, n: int, conc: int, steps: LongS
                 while True:
                     await trio.sleep(0.05)
                     peak[0] = max(peak[0], rss_kb())
-                    if run.agents_done >= n:            # every agent finished; the run is still live
+                    if run.agents_done >= n or live.finished.is_set():   # every agent finished
+                        probes.cancel_scope.cancel()    # (the lag probe stops before this GC)
+                        if steps is not None:
+                            trio.lowlevel.remove_instrument(steps)
                         gc.collect()
                         out["live_rss_kb"] = rss_kb()
                         return
             probes.start_soon(watch_memory)
-            await live.finished.wait()
-            probes.cancel_scope.cancel()
-        if steps is not None:
-            trio.lowlevel.remove_instrument(steps)
+        await live.finished.wait()
         out["elapsed"] = time.perf_counter() - t
         assert run.status == "completed", run.error
         gc.collect()

@@ -151,10 +151,13 @@ class Agents:
         rec = AgentRecord(n=t.n, dir=self.sup.store.dir(run) / "agents" / str(t.n), label=o.label, engine=o.engine,
                           model=o.model, profile=o.profile, workflow=live.workflow_path)
         rec.set_state("queued")
-        self.sup.store.create_agent(rec, prompt, {**opts, "resolved": {
-            "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile, "cwd": o.cwd,
-            "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd}})
-        live.add_agent(rec)
+        live.add_agent(rec)                       # filed under the script's current phase
+        # Its files in a worker thread (a burst of agents made hundreds of files on the
+        # loop), shielded: they exist before anything can end the agent and write its record.
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.sup.store.create_agent, rec, prompt, {**opts, "resolved": {
+                "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile, "cwd": o.cwd,
+                "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd}})
         self.sup.agent_changed(live, rec)
 
         scope = trio.CancelScope()
