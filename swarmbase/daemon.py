@@ -232,6 +232,7 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
         await nursery.start(partial(services.supervisor.serve, resume=resume))
         nursery.start_soon(services.outbox.maintain)
+        services.lag.busy = lambda: bool(services.supervisor.live)
         nursery.start_soon(services.lag.run)
         async with trio.open_nursery() as web:
             binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))

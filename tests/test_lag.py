@@ -6,6 +6,7 @@ import time
 
 import httpx
 import trio
+import trio.testing
 
 from swarmbase.lag import LagProbe
 
@@ -19,6 +20,20 @@ def test_figures_over_the_window() -> None:
     assert p.figures() == {"samples": 100, "p50Ms": 1.0, "p99Ms": 200.0, "maxMs": 500.0}
     p.samples.extend([0.002] * 100)                 # the window moves on: old lag is forgotten
     assert p.figures()["maxMs"] == 2.0
+
+
+async def test_it_ticks_fast_only_while_the_daemon_is_busy(autojump_clock: trio.testing.MockClock) -> None:
+    busy = [False]
+    p = LagProbe(busy=lambda: busy[0])
+    async with trio.open_nursery() as n:
+        n.start_soon(p.run)
+        await trio.sleep(10)
+        idle = len(p.samples)
+        busy[0] = True
+        await trio.sleep(10)
+        n.cancel_scope.cancel()
+    assert 9 <= idle <= 11                                  # one a second while idle
+    assert len(p.samples) - idle >= 450                     # one every 20 ms while busy
 
 
 async def test_a_step_that_holds_the_loop_shows_as_lag() -> None:
