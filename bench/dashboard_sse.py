@@ -34,6 +34,7 @@ import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.profile import Recorder  # noqa: E402
 from swarmbase.client import connect  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -45,7 +46,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-async def main(viewers: int, agents: int) -> None:
+async def main(viewers: int, agents: int, profile: str | None = None) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sb-bench-sse-"))
     (tmp / "bin").mkdir()
     state = tmp / "state"
@@ -120,17 +121,24 @@ async def main(viewers: int, agents: int) -> None:
                         n.start_soon(viewer, i)
                     for _ in range(viewers):
                         await ready.acquire()
-                    cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
-                    gate.unlink()
-                    await h.wait_notice(f"{run_id}:end")
-                    cpu1, t1 = cpu_seconds(proc.pid), time.perf_counter()
+                    with Recorder(proc.pid, profile):
+                        cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
+                        gate.unlink()
+                        await h.wait_notice(f"{run_id}:end")
+                        cpu1, t1 = cpu_seconds(proc.pid), time.perf_counter()
+        import httpx
+        async with httpx.AsyncClient(base_url=url) as c:
+            lag = (await c.get("/streams")).json().get("loopLag") or {}
         delays.sort()
         print(f"{viewers} viewers × {agents} agents: {len(delays)} agent events received "
               f"({min(counts)}–{max(counts)} per viewer)")
         print(f"delay state change → viewer: median {statistics.median(delays) * 1000:.1f} ms, "
               f"p95 {delays[int(len(delays) * 0.95)] * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms")
         print(f"daemon CPU while watched: {(cpu1 - cpu0) / (t1 - t0) * 100:.0f}% of one core over {t1 - t0:.1f} s "
-              f"(runner, 200 agents and 50 streams)")
+              f"(runner, 200 agents and 50 streams); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        if lag:
+            print(f"daemon event-loop lag (its own probe, last {lag['samples']} ticks): p50 {lag['p50Ms']} ms, "
+                  f"p99 {lag['p99Ms']} ms, max {lag['maxMs']} ms")
     finally:
         proc.terminate()
         await proc.wait()
@@ -183,8 +191,9 @@ if __name__ == "__main__":
     p.add_argument("--agents", type=int, default=200)
     p.add_argument("--flood", type=int, default=0, help="clients that never read (flood mode)")
     p.add_argument("--path", choices=["run", "list", "idle"], default="run")
+    p.add_argument("--profile", help="write py-spy stacks of the daemon here (see bench/profile.py)")
     a = p.parse_args()
     if a.flood:
         trio.run(flood_main, a.flood, a.path)
     else:
-        trio.run(main, a.viewers, a.agents)
+        trio.run(main, a.viewers, a.agents, a.profile)

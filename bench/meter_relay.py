@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,8 @@ import httpx
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.profile import Recorder  # noqa: E402
 
 UPSTREAM = textwrap.dedent("""
     import json, sys, trio, hypercorn.config, hypercorn.trio
@@ -76,6 +79,11 @@ METER = textwrap.dedent("""
 """)
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def status_kb(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -93,7 +101,7 @@ async def read_all(url: str, headers: dict[str, str]) -> tuple[int, float]:
     return total, time.perf_counter() - t
 
 
-async def main(mb: int) -> None:
+async def main(mb: int, profile: str | None = None) -> None:
     up = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(mb)], stdout=subprocess.PIPE, text=True)
     upstream = up.stdout.readline().strip()
     meter = subprocess.Popen([sys.executable, "-c", METER, upstream, str(ROOT)], stdout=subprocess.PIPE, text=True)
@@ -104,7 +112,10 @@ async def main(mb: int) -> None:
         await read_all(meter_url + "/responses", {"Authorization": f"Bearer {bearer}"})
         rss0 = status_kb(meter.pid, "VmRSS")
         direct_bytes, direct_s = await read_all(upstream + "/responses", {})
-        relayed_bytes, relayed_s = await read_all(meter_url + "/responses", {"Authorization": f"Bearer {bearer}"})
+        cpu0, up0 = cpu_seconds(meter.pid), cpu_seconds(up.pid)
+        with Recorder(meter.pid, profile, idle=bool(os.environ.get("BENCH_IDLE")), gil=not os.environ.get("BENCH_IDLE")):
+            relayed_bytes, relayed_s = await read_all(meter_url + "/responses", {"Authorization": f"Bearer {bearer}"})
+        meter_cpu, up_cpu = cpu_seconds(meter.pid) - cpu0, cpu_seconds(up.pid) - up0
         hwm = status_kb(meter.pid, "VmHWM")
         rss1 = status_kb(meter.pid, "VmRSS")
     finally:
@@ -118,9 +129,14 @@ async def main(mb: int) -> None:
     print(f"meter RSS: {rss_start / 1024:.1f} MiB at start, {rss0 / 1024:.1f} MiB after a warm-up relay, "
           f"{rss1 / 1024:.1f} MiB after the measured one, peak {hwm / 1024:.1f} MiB "
           f"(growth over the start {(max(hwm, rss1) - rss_start) / 1024:.1f} MiB; target < 10 MB)")
+    print(f"relay / direct throughput: {direct_s / relayed_s:.2f}× (target ≥ 0.8×); during the relay the meter "
+          f"used {meter_cpu:.2f} s of CPU, the upstream {up_cpu:.2f} s; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--mb", type=int, default=100)
-    trio.run(main, p.parse_args().mb)
+    p.add_argument("--profile", help="write py-spy stacks of the meter here (see bench/profile.py)")
+    a = p.parse_args()
+    trio.run(main, a.mb, a.profile)

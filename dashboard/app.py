@@ -191,9 +191,12 @@ def register(app: Quart, services: Any) -> None:
 
     @bp.get("/streams")
     async def stream_stats() -> Any:
-        """How many live streams the dashboard serves, and what its caps have done."""
+        """How many live streams the dashboard serves, what its caps have done, and the
+        event loop's recent lag (swarmbase/lag.py)."""
+        lag = getattr(services, "lag", None)
         return jsonify({"streams": viewers.count, "max": viewers.max_total, "perClient": viewers.max_per_client,
-                        "refused": viewers.refused, "dropped": viewers.dropped, "bufferedBytes": hub.retained_bytes()})
+                        "refused": viewers.refused, "dropped": viewers.dropped, "bufferedBytes": hub.retained_bytes(),
+                        "loopLag": lag.figures() if lag is not None else None})
 
     # -- pages ----------------------------------------------------------------------------
     @bp.get("/")

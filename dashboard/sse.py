@@ -42,7 +42,7 @@ REAP_AT_ONCE = 32
 KEEPALIVE_S = 15.0
 # Least time between two sends to one viewer: a burst of events goes out as one write
 # (and a run list being logged to 100 times a second refreshes twice a second).
-MIN_GAP_S = {"list": 0.5, "run": 0.05, "agent": 0.05}
+MIN_GAP_S = {"list": 0.5, "run": 0.02, "agent": 0.02}
 LOOPBACK_PEERS = ("127.", "::1", "::ffff:127.")
 
 TRIM_AFTER_S = 8.0      # past Hypercorn's keep-alive timeout, so refused connections are gone too

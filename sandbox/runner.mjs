@@ -80,9 +80,21 @@ class Runner {
     this.sliceMs = 5000;
     this.memoryMb = DEFAULT_MEMORY_MB;
     this.finished = false;
+    this.started = false;
+    this.bootstrapError = null;
     this.drainScript = new vm.Script('__sb.drain()');
     this.pendingScript = new vm.Script('__sb.pendingCount()');
     this.startNextScript = new vm.Script('__sb.startNext()');
+  }
+
+  // The hooks are defined before any start message arrives: their source is the
+  // runner's own and holds nothing of any run, so a warm spare has them ready.
+  bootstrap() {
+    try {
+      this.eval(BOOTSTRAP, 'bootstrap.js');
+    } catch (e) {
+      this.bootstrapError = e;
+    }
   }
 
   eval(source, filename = 'bridge.js', timeout = this.sliceMs) {
@@ -163,13 +175,13 @@ class Runner {
   }
 
   start(msg) {
+    // One script per runner, ever (a warm spare is single-use): a second start is a daemon bug.
+    if (this.started) return this.finish({ t: 'done', ok: false, line: null,
+      error: 'runner: a second script was sent to this runner (a runner runs one script)' });
+    this.started = true;
     if (Number.isInteger(msg.sliceMs) && msg.sliceMs > 0) this.sliceMs = msg.sliceMs;
     if (Number.isFinite(msg.memoryLimitMb) && msg.memoryLimitMb > 0) this.memoryMb = msg.memoryLimitMb;
-    try {
-      this.eval(BOOTSTRAP, 'bootstrap.js');
-    } catch (e) {
-      return this.fatal(e);
-    }
+    if (this.bootstrapError) return this.fatal(this.bootstrapError);
     let body;
     try {
       body = new vm.Script(scriptSource(msg.script), { filename: 'script.js' });
@@ -213,6 +225,7 @@ async function probe(msg) {
 }
 
 const runner = new Runner();
+runner.bootstrap();
 const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
 rl.on('line', (line) => {
   if (!line.trim()) return;

@@ -160,6 +160,8 @@ class Config:
     homesDir: Optional[str] = _f("homesDir", None)
     runnerMemoryMb: int = _f("runnerMemoryMb", 512, lo=64, hi=65_536)
     runnerCpuSeconds: int = _f("runnerCpuSeconds", 600, lo=1, hi=86_400)
+    # Script runners started ahead of need, each used by one script only (0: none).
+    spareRunners: int = _f("spareRunners", 1, lo=0, hi=16)
     runTimeoutMs: int = _f("runTimeoutMs", 21_600_000, lo=1_000, hi=7 * 86_400_000)
     maxPhasesPerRun: int = _f("maxPhasesPerRun", 1_000, lo=1, hi=1_000_000)
     maxLogBytesPerRun: int = _f("maxLogBytesPerRun", 10 * 1024 * 1024, lo=1_024, hi=1024 ** 3)

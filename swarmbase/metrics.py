@@ -3,8 +3,8 @@
 Counters move through the observer methods (contracts.md, observer seam): runs started and
 ended, agents ended, spend and tokens by caller and engine, notices delivered and failed.
 Gauges are read from the supervisor when scraped: runs by status, active runs, agents by
-engine and state, the outbox depth, damaged files, SSE clients, and the event-loop lag a
-small trio task measures as sleep overshoot.
+engine and state, the outbox depth, damaged files, SSE clients, and the event-loop lag the
+daemon's LagProbe (swarmbase/lag.py) feeds in as sleep overshoot.
 
 Access: a request that came through the tailnet (it carries Tailscale-User-Login) needs a
 login listed in dashboard.adminLogins; a plain loopback request (a local Prometheus) is
@@ -35,7 +35,6 @@ from . import __version__
 
 RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
 WAITING_STATES = ("queued", "waiting-budget", "waiting-node", "running")
-LAG_INTERVAL_S = 0.5
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 LOCAL_PEERS = {"127.0.0.1", "::1", "<local>"}     # "<local>": no network peer (in-process clients)
 
@@ -156,20 +155,10 @@ class Metrics:
     def notice_delivered(self, caller: str, event_id: str) -> None:
         self.notices_delivered.labels(caller).inc()
 
-    # -- the event-loop lag task ---------------------------------------------------------
+    # -- the event-loop lag (samples from swarmbase/lag.py) ---------------------------------------------------------
     def record_lag(self, seconds: float) -> None:
         self.loop_lag.observe(seconds)
         self.loop_lag_last.set(seconds)
-
-    async def watch_loop_lag(self, interval: float = LAG_INTERVAL_S, *,
-                             task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        """Sleep `interval` again and again; how much later than asked the loop woke us is
-        the lag (a blocking call on the loop shows here)."""
-        task_status.started()
-        while True:
-            t0 = trio.current_time()
-            await trio.sleep(interval)
-            self.record_lag(max(0.0, trio.current_time() - t0 - interval))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -204,8 +193,8 @@ class Metrics:
 
 
 def register_metrics(app: Quart, services: Any, metrics: Metrics | None = None) -> Metrics:
-    """GET /metrics on `app`. Returns the Metrics (add it to sup.observers and start its
-    watch_loop_lag task). Registering twice returns the first Metrics."""
+    """GET /metrics on `app`. Returns the Metrics (add it to sup.observers and point the
+    daemon's LagProbe.on_sample at its record_lag). Registering twice returns the first Metrics."""
     if "metrics" in app.blueprints:
         return app.extensions["swarmbase.metrics"]
     m = metrics or Metrics(services)

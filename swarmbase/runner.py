@@ -65,11 +65,15 @@ def runner_spec(*, key: str, memory_mb: int, cpu_seconds: int, record: Mapping[s
 
 async def run_script(script: str, args: Any, host: ScriptHost, limits: RunnerLimits = RunnerLimits(),
                      argv: list[str] | None = None, record: Path | None = None, launcher: Any = None,
-                     spec: LaunchSpec | None = None) -> ScriptOutcome:
+                     spec: LaunchSpec | None = None, opened: Any = None) -> ScriptOutcome:
     """Run one script to its end. Cancelling the caller kills the runner's whole group.
-    With a launcher and a spec, the runner starts sandboxed through it; otherwise `argv`
-    (or plain node) is started as a process group, recorded in `record` if given."""
-    if launcher is not None and spec is not None and argv is None:
+    `opened`: a runner already started from `spec` (a warm spare's `use()`), else with a
+    launcher and a spec the runner starts sandboxed through it; otherwise `argv` (or plain
+    node) is started as a process group, recorded in `record` if given."""
+    if opened is not None and spec is not None:
+        starting = opened
+        cpu = spec.limits.cpu_seconds
+    elif launcher is not None and spec is not None and argv is None:
         starting = launcher.open(spec, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  grace=0.5)
         cpu = spec.limits.cpu_seconds

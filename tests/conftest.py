@@ -115,6 +115,21 @@ def descendants(root: int) -> list[int]:
     return out
 
 
+def process_records(procs: Path) -> list[Path]:
+    """Process records of runs (agents, runners): not a waiting warm spare's (its record
+    says "spare": true until a run takes it; tests/test_spares.py)."""
+    out = []
+    for p in sorted(procs.iterdir()):
+        if p.name.startswith("spare-"):
+            try:
+                if json.loads(p.read_text()).get("spare") is True:
+                    continue
+            except (OSError, ValueError):
+                pass
+        out.append(p)
+    return out
+
+
 def runner_pids() -> list[int]:
     """Live script-runner (node) processes started by this test process (under the
     sandbox they are grandchildren: bwrap, its init, then node)."""

@@ -17,7 +17,7 @@ import trio.testing
 from swarmbase.procs import process_start_time, reap_recorded_groups
 from swarmbase.runs.budget import BudgetGate, BudgetSpent, Ledger
 
-from .conftest import Env, agent_json, engine_daemon, result_of, run_to_end
+from .conftest import Env, agent_json, engine_daemon, process_records, result_of, run_to_end
 from .fakes import fake_claude
 
 KEY = "sk-fake-key-0123456789abcdef"
@@ -152,7 +152,7 @@ async def test_cancel_kills_agent_groups(tmp_path: Path, nursery: trio.Nursery) 
     assert run.status == "cancelled"
     assert not any(pid_alive(p) for p in pids)
     assert [agent_json(env, run, n)["state"] for n in (1, 2)] == ["cancelled", "cancelled"]
-    assert list((env.state / "procs").iterdir()) == []
+    assert process_records(env.state / "procs") == []
     assert env.services.supervisor.runs[run.id].spent_usd > 0      # killed agents are charged
 
 

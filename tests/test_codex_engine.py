@@ -17,7 +17,7 @@ from swarmbase import config
 from swarmbase.engines import codex, codex_agent
 from swarmbase.engines.strict_schema import StrictSchemaError, strict
 
-from .conftest import Env, agent_json, engine_daemon, result_of, run_to_end
+from .conftest import Env, agent_json, engine_daemon, process_records, result_of, run_to_end
 from .fakes.responses_api import FakeResponses
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +95,7 @@ async def test_token_ceiling_mid_stream_stops_agent_and_closes_upstream(tmp_path
     with trio.fail_after(10):
         while api.disconnects < 1:
             await trio.sleep(0.05)
-    assert list((env.state / "procs").iterdir()) == []
+    assert process_records(env.state / "procs") == []
 
 
 async def test_token_budget_exhaustion_throws_in_script(tmp_path: Path, nursery: trio.Nursery, codex_bin: str,

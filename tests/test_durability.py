@@ -16,7 +16,7 @@ from swarmbase.runs import journal
 from swarmbase.runs.model import Run
 from swarmbase.runs.store import RunStore
 
-from .conftest import Env, agent_json, result_of, run_to_end, start_cli_daemon, start_daemon, write_config
+from .conftest import Env, agent_json, process_records, result_of, run_to_end, start_cli_daemon, start_daemon, write_config
 from .fakes import fake_claude
 from .test_agents import fake_daemon, pid_alive
 
@@ -244,7 +244,7 @@ async def test_kill_9_during_a_10_agent_run_then_restart(tmp_path: Path) -> None
             run_dir = next((state / "runs").glob(f"*-{run_id}"))
             while len(spawns(tmp_path)) < 10 or len((run_dir / "journal.jsonl").read_text().splitlines()) < 6:
                 await trio.sleep(0.05)
-            records = [json.loads(p.read_text()) for p in (state / "procs").glob("*.json")]
+            records = [json.loads(p.read_text()) for p in process_records(state / "procs")]
             groups = [r["pgid"] for r in records]
             assert len(groups) == 6                    # 5 waiting agents + the runner
             proc.kill()                                # SIGKILL: no cleanup at all
@@ -262,7 +262,7 @@ async def test_kill_9_during_a_10_agent_run_then_restart(tmp_path: Path) -> None
         proc, ws = await start_cli_daemon(path)
         try:
             assert live_pids_matching(str(cli).encode()) == []
-            assert list((state / "procs").iterdir()) == []
+            assert process_records(state / "procs") == []
             run_json = json.loads((run_dir / "run.json").read_text())
             assert run_json["status"] == "interrupted"
 

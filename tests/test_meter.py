@@ -40,6 +40,35 @@ def test_scanner_keeps_only_the_tail_of_a_huge_event() -> None:
     assert whole is None and b'"usage":{"input_tokens":7' in tail
 
 
+def test_scan_counts_deltas_exactly_as_feed_sees_them_whatever_the_chunking() -> None:
+    import random
+    prefix, overhead = b"event: response.output_text.delta\n", 160
+    delta = lambda n: prefix + b'data: {"type":"response.output_text.delta","delta":"' + b"y" * n + b'"}\n\n'
+    stream = b"".join([b'event: response.created\ndata: {"type":"response.created"}\n\n',
+                       *(delta(n) for n in (0, 5, 200, 1000, 70_000, 3)), b"\n\n",
+                       b'data: {"type":"x","big":"' + b"z" * 1_100_000 + b'"}\n\n', delta(900),
+                       b'event: response.completed\ndata: {"type":"response.completed","response":{"usage":'
+                       b'{"input_tokens":1,"output_tokens":2}}}\n\n'])
+    whole = EventScanner().feed(stream)
+    expect_other = [e for e in whole if not (e[0] or b"").startswith(prefix)]
+    expect_count = sum(max(0, len(w) - overhead) for w, _ in whole if (w or b"").startswith(prefix))
+    rng = random.Random(5)
+    for _ in range(40):
+        sc, other, count, pos = EventScanner(), [], 0, 0
+        while pos < len(stream):
+            step = rng.choice([1, 2, 7, 100, 4096, 65536, 300_000])
+            events, measured = sc.scan(stream[pos:pos + step], prefix, overhead)
+            count += measured
+            for e in events:
+                if (e[0] or b"").startswith(prefix):
+                    count += max(0, len(e[0]) - overhead)
+                else:
+                    other.append(e)
+            pos += step
+        assert count == expect_count
+        assert [(w, t[-64:]) for w, t in other] == [(w, t[-64:]) for w, t in expect_other]
+
+
 def make_cert(tmp: Path) -> tuple[Path, Path]:
     cert, key = tmp / "cert.pem", tmp / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",

@@ -14,6 +14,7 @@ import trio.testing
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarmbase import config, daemon
+from swarmbase.lag import LagProbe
 from swarmbase.metrics import Metrics, register_metrics
 from swarmbase.prices import Tokens
 from swarmbase.runs.model import Run
@@ -149,8 +150,10 @@ async def test_access(services: Any) -> None:
 
 async def test_event_loop_lag(mock_clock: trio.testing.MockClock) -> None:
     m = Metrics()
+    probe = LagProbe(tick=1.0)
+    probe.on_sample = m.record_lag
     async with trio.open_nursery() as n:
-        await n.start(m.watch_loop_lag, 1.0)
+        n.start_soon(probe.run)
         await trio.testing.wait_all_tasks_blocked()
         mock_clock.jump(1.25)                    # the loop "wakes" the sleeper 0.25 s late
         await trio.testing.wait_all_tasks_blocked()

@@ -31,9 +31,17 @@ class Parked:
         await trio.sleep_forever()
 
 
+def cold_env(tmp_path: Path) -> Env:
+    """No warm spare runner: these tests count runner processes (tests/test_spares.py covers spares)."""
+    from .conftest import write_config
+    path, tokens = write_config(tmp_path / "state", spareRunners=0)
+    return Env(state=tmp_path / "state", tokens=tokens, cfg=config.load(path))
+
+
 @pytest.fixture
-async def parked(env: Env, nursery: trio.Nursery) -> tuple[Env, Parked]:
+async def parked(tmp_path: Path, nursery: trio.Nursery) -> tuple[Env, Parked]:
     agents = Parked()
+    env = cold_env(tmp_path)
     await start_daemon(nursery, env, agents=agents, limits=RunnerLimits(slice_ms=1000))
     return env, agents
 
@@ -164,7 +172,8 @@ async def test_run_store_files_and_work_dir(running: Env) -> None:
     assert hist == ["queued", "running", "completed"]
 
 
-async def test_shutdown_interrupts_runs_closes_ws_1001_and_reboot_delivers(env: Env) -> None:
+async def test_shutdown_interrupts_runs_closes_ws_1001_and_reboot_delivers(tmp_path: Path) -> None:
+    env = cold_env(tmp_path)
     agents = Parked()
     stop = trio.Event()
     with trio.fail_after(30):

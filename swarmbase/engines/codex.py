@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import attrs
 import jsonschema
@@ -51,7 +51,7 @@ class CodexCall:
     model: str | None
     effort: str | None
     meter_url: str
-    deny: list[str]                  # exact paths (files or dirs) the sandbox may not read
+    deny: Sequence[str]              # exact paths (files or dirs) the sandbox may not read
     network: bool = False
 
 
@@ -90,12 +90,24 @@ def config_toml(call: CodexCall) -> str:
     lines += ["", f"[permissions.{name}.filesystem]", "glob_scan_max_depth = 8", '":root" = "read"']
     if call.profile == "write":
         lines.append('":workspace_roots" = "write"')
-    for path in dict.fromkeys(call.deny):
-        lines.append(f"{toml_str(path)} = \"deny\"")
+    if call.deny:
+        lines.append(deny_lines(call.deny))
     for pattern in WORKSPACE_SECRET_GLOBS:
         lines.append(f"{toml_str(call.cwd.rstrip('/') + '/' + pattern)} = \"deny\"")
     lines += ["", f"[permissions.{name}.network]", f"enabled = {'true' if call.network else 'false'}", ""]
     return "\n".join(lines)
+
+
+_rendered: list[Any] = [None, ""]          # the last deny sequence rendered, and its TOML
+
+
+def deny_lines(deny: Sequence[str]) -> str:
+    """The deny entries as TOML lines (one string). The daemon hands every agent the same
+    maintained tuple until a run is added, so the last rendering is reused by identity
+    (hashing 70,000 paths per agent would cost what the cache saves)."""
+    if deny is not _rendered[0]:
+        _rendered[:] = [deny, "\n".join(f"{toml_str(path)} = \"deny\"" for path in dict.fromkeys(deny))]
+    return _rendered[1]
 
 
 def exec_argv(call: CodexCall, schema_file: str | None) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import trio
 
@@ -38,7 +38,7 @@ def effective_profile(profile: str, confined: bool, max_profile: str) -> str:
 class CodexEngine:
     name = "codex"
 
-    def __init__(self, cfg: Config, meter: Meter, deny: Callable[[], list[str]],
+    def __init__(self, cfg: Config, meter: Meter, deny: Callable[[], Sequence[str]],
                  parent_env: Mapping[str, str] | None = None) -> None:
         self.cfg = cfg
         self.meter = meter

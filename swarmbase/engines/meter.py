@@ -151,6 +151,45 @@ class EventScanner:
         return out
 
 
+    def scan(self, chunk: bytes, skip: bytes, overhead: int) -> tuple[list[tuple[bytes | None, bytes]], int]:
+        """feed(), except that a whole event lying in this chunk and starting with `skip`
+        is measured, never copied out: returns (the other events, the sum over skipped
+        events of their length less `overhead`, at least 0 each). The relay's hot path:
+        a response of 100,000 text deltas made 200,000 small bytes objects through feed()."""
+        out: list[tuple[bytes | None, bytes]] = []
+        measured = 0
+        data = bytes(chunk)
+        pos, n = 0, len(data)
+        while pos < n:
+            if self.buf or self.tail or self.overflow or self.last_nl:
+                # An event begun in an earlier chunk: the exact path, up to its end.
+                if self.last_nl and data[pos:pos + 1] == b"\n":
+                    end = pos + 1
+                else:
+                    idx = data.find(b"\n\n", pos)
+                    end = idx + 2 if idx >= 0 else n
+                out += self.feed(data[pos:end])
+                pos = end
+                continue
+            idx = data.find(b"\n\n", pos)
+            if idx < 0:
+                out += self.feed(data[pos:])
+                break
+            end = idx + 2
+            if data.startswith(skip, pos):
+                measured += max(0, end - pos - overhead)
+            else:
+                out.append(self._whole(data[pos:end]))
+            pos = end
+        return out, measured
+
+    def _whole(self, event: bytes) -> tuple[bytes | None, bytes]:
+        """A complete event found at a boundary, as feed() would return it."""
+        if len(event) > EVENT_PARSE_CAP:
+            return None, event[-TAIL_KEEP:]
+        return event, b""
+
+
 def event_data(raw: bytes) -> Any:
     lines = [ln[5:].lstrip() for ln in raw.split(b"\n") if ln.startswith(b"data:")]
     if not lines:
@@ -289,9 +328,12 @@ class Meter:
         mine = Tokens(input=input_estimate)
         try:
             async for chunk in resp.aiter_raw():
-                for whole, tail in scanner.feed(chunk):
+                # The hot path: text deltas are counted by their size, without copying or
+                # decoding them.
+                events, measured = scanner.scan(chunk, DELTA_PREFIX, DELTA_OVERHEAD)
+                out_chars += measured
+                for whole, tail in events:
                     if whole is not None and whole.startswith(DELTA_PREFIX):
-                        # The hot path: count a text delta by its size, without decoding JSON.
                         out_chars += max(0, len(whole) - DELTA_OVERHEAD)
                         continue
                     data = event_data(whole) if whole is not None else None
@@ -310,6 +352,8 @@ class Meter:
                         out_chars = 0
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 estimate = Tokens(input=input_estimate, output=out_chars // 4) if in_flight else Tokens()
+                if estimate == mine and not events:
+                    continue                     # nothing booked, nothing estimated anew
                 agent.pending = agent.pending - mine + estimate
                 mine = estimate
                 agent.changed()

@@ -78,8 +78,9 @@ class LocalLauncher:
     async def open(self, spec: LaunchSpec, *, stdin: int | None = None, stdout: int | None = subprocess.PIPE,
                    stderr: int | None = None, grace: float = 1.0) -> AsyncIterator[Child]:
         """The process with the pipes asked for, killed as a group on exit; its private
-        dir is made before and deleted after."""
-        private = self._prepare(spec)
+        dir is made before and deleted after (in a worker thread: a burst of agents made
+        and removed hundreds of files on the event loop)."""
+        private = await trio.to_thread.run_sync(self._prepare, spec) if (spec.dirs or spec.files or spec.stdin_file) else None
         try:
             conf = self.confinement(spec, private)
             argv, env = placed(spec, inside_path(conf, self.mode, str(private)) if private else "")
@@ -91,7 +92,9 @@ class LocalLauncher:
                 async with group_process(wrap(self.mode, self.layout, conf, argv), env=env, cwd=spec.cwd,
                                          stdin=stdin, stdout=stdout, stderr=stderr, grace=grace,
                                          limits=spec.limits, record=self.procs / f"{spec.key}.json",
-                                         record_extra=spec.record) as proc:
+                                         record_extra=spec.record,
+                                         # bubblewrap's --die-with-parent sets the signal itself
+                                         parent_death=self.mode == "none") as proc:
                     self.spawned += 1
                     yield proc
             finally:
@@ -99,7 +102,8 @@ class LocalLauncher:
                     stdin_file.close()
         finally:
             if private is not None:
-                shutil.rmtree(private, ignore_errors=True)
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(shutil.rmtree, private, True)
 
     async def run(self, spec: LaunchSpec, on_line: OnLine, started: Started | None = None) -> ProcResult:
         """Run until the final event, the leader's exit, or the idle watchdog. Cancelling

@@ -151,10 +151,13 @@ class Agents:
         rec = AgentRecord(n=t.n, dir=self.sup.store.dir(run) / "agents" / str(t.n), label=o.label, engine=o.engine,
                           model=o.model, profile=o.profile, workflow=live.workflow_path)
         rec.set_state("queued")
-        self.sup.store.create_agent(rec, prompt, {**opts, "resolved": {
-            "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile, "cwd": o.cwd,
-            "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd, "placement": o.placement}})
-        live.add_agent(rec)
+        live.add_agent(rec)                       # filed under the script's current phase
+        # Its files in a worker thread (a burst of agents made hundreds of files on the
+        # loop), shielded: they exist before anything can end the agent and write its record.
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self.sup.store.create_agent, rec, prompt, {**opts, "resolved": {
+                "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile, "cwd": o.cwd,
+                "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd, "placement": o.placement}})
         self.sup.agent_changed(live, rec)
 
         scope = trio.CancelScope()
@@ -339,7 +342,10 @@ class Agents:
                     total = nudge.add(total, verdict)
                 verdict = total
         finally:
-            transcript.close()
+            # Its fsync in a worker thread: an fsync per agent on the loop stalled every
+            # viewer and every other agent for its duration.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(transcript.close)
         rec.priced = usage.priced
         if deadline.cancelled_caught:
             return Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=self._killed_cost(usage),

@@ -5,18 +5,12 @@ launcher: sandboxed, no network, a memory and a CPU limit."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import attrs
 
-from ..runner import (
-    MAX_LOG_CHARS,
-    AgentCallError,
-    Answered,
-    ScriptOutcome,
-    run_script,
-    runner_spec,
-)
+from ..launch.spec import LaunchSpec
+from ..runner import MAX_LOG_CHARS, AgentCallError, Answered, ScriptOutcome, run_script, runner_spec
 from . import workflows
 from .records import redact_value
 from .workflows import WorkflowCall, WorkflowError, WorkflowScope
@@ -131,7 +125,20 @@ async def start_script(sup: "Supervisor", scope: Any, host: ScriptHost, source: 
     cfg = sup.cfg
     spec = runner_spec(key=key, memory_mb=cfg.runnerMemoryMb, cpu_seconds=cfg.runnerCpuSeconds,
                        record={"runId": scope.run.id, "runner": True, "workflow": scope.workflow_path})
-    return await run_script(source, args, host, sup.limits, sup.runner_argv, launcher=sup.launcher, spec=spec)
+    spare = sup.spares.take(spec.record) if sup.spares is not None and sup.runner_argv is None else None
+    if spare is None:
+        return await run_script(source, args, host, sup.limits, sup.runner_argv, launcher=sup.launcher, spec=spec)
+    try:
+        return await run_script(source, args, host, sup.limits, launcher=sup.launcher, spec=spec, opened=spare.use())
+    finally:
+        spare.released.set()      # let its keeper kill it even if the run never got to use it
+
+
+def spare_spec(cfg: Any) -> Callable[[str], LaunchSpec]:
+    """A spare runner's spec: the one start_script would build, with a spare's key and
+    nothing of any run in it."""
+    return lambda key: runner_spec(key=key, memory_mb=cfg.runnerMemoryMb, cpu_seconds=cfg.runnerCpuSeconds,
+                                   record={"runner": True, "spare": True})
 
 
 async def run_live_script(sup: "Supervisor", live: "LiveRun", host: ScriptHost) -> ScriptOutcome:

@@ -34,8 +34,9 @@ from .budget import BudgetGate, Ledger
 from .journal import Journal, KeyCounter
 from .model import Run, first_line, iso, new_run_id
 from .records import ENDED, AgentRecord, Redactor, redact_value
-from .script_host import ScriptHost, run_live_script
+from .script_host import ScriptHost, run_live_script, spare_spec
 from .slots import RunSlots
+from .spares import SpareRunners
 from .store import DamagedFile, RunStore
 
 log = logging.getLogger("swarmbase.supervisor")
@@ -86,6 +87,10 @@ class LiveRun:
     depth: int = 0                                       # the root script; workflows count from 1
     workflow_calls: int = 0                              # workflow() calls made by the root script
     chains: Any = None                  # the run's hash chains (swarmbase.audit.seal.RunChains)
+    # Kept as agents change (agent_changed), so a change costs the same at agent 2,000 as
+    # at agent 2: the numbers running now, and the rows of ended agents (they never change).
+    running_now: set[int] = attrs.Factory(set)
+    ended_rows: dict[int, dict[str, Any]] = attrs.Factory(dict)
 
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
@@ -134,8 +139,9 @@ class LiveRun:
         return self.phase_for("")
 
     def phases_view(self) -> list[dict[str, Any]]:
+        ended = self.ended_rows
         return [{"title": p["title"], "workflow": p.get("workflow", ""),
-                 "agents": [self.agents[n].row() for n in p["agents"] if n in self.agents]}
+                 "agents": [ended[n] if n in ended else self.agents[n].row() for n in p["agents"] if n in self.agents]}
                 for p in self.phases]
 
     def totals(self) -> tuple[float, int, float, int]:
@@ -152,7 +158,7 @@ class LiveRun:
 
     @property
     def running(self) -> int:
-        return sum(1 for a in self.agents.values() if a.state == "running")
+        return len(self.running_now)
 
 
 class Supervisor:
@@ -186,6 +192,10 @@ class Supervisor:
         self.public_base = cfg.publicUrl.rstrip("/") if cfg.publicUrl else f"http://127.0.0.1:{cfg.port}"
         self.unsaved: dict[str, Run] = {}      # ended runs whose record could not be written yet
         self._nursery: trio.Nursery | None = None
+        # Warm spare runners (single-use; see spares.py), when runners start through the launcher.
+        self.spares: SpareRunners | None = None
+        if launcher is not None and runner_argv is None and cfg.spareRunners > 0:
+            self.spares = SpareRunners(launcher, spare_spec(cfg), cfg.spareRunners)
 
     # -- boot -------------------------------------------------------------
     def recover(self) -> list[Run]:
@@ -200,6 +210,8 @@ class Supervisor:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._resave_loop)
+            if self.spares is not None:
+                nursery.start_soon(self.spares.serve)
             for run in resume or []:
                 self._resume_on_boot(run)
             task_status.started()
@@ -291,9 +303,17 @@ class Supervisor:
     def agent_changed(self, live: LiveRun, rec: AgentRecord, usage_only: bool = False) -> None:
         """An agent's state (or live usage) moved: viewers now; its record and phases.json
         on the run's flush (at once when it ended)."""
-        self.events.publish(live.run.id, "agent", {**rec.row(), "phase": rec.phase})
+        row = rec.row()
+        self.events.publish(live.run.id, "agent", {**row, "phase": rec.phase})
         if usage_only:
             return
+        root = live.root
+        if rec.state == "running":
+            root.running_now.add(rec.n)
+        else:
+            root.running_now.discard(rec.n)
+        if rec.state in ENDED:
+            root.ended_rows[rec.n] = row
         live.writes.agent(rec)
         if rec.state in ENDED:
             live.writes.urgent.set()
