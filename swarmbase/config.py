@@ -7,7 +7,6 @@ a bad config raises ConfigError with one message naming the key path and the fau
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import os
 import re
@@ -18,26 +17,14 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import attrs
-import cattrs
-from cattrs.gen import make_dict_structure_fn, override
 
 from . import jsonc
+from .config_schema import ConfigError, check_object, converter, type_name
+from .config_schema import field as _f
 
 PROFILES = ("think", "read", "write")
 ENGINES = ("claude", "codex")
 PLACEMENTS = ("local", "ray")
-
-
-class ConfigError(Exception):
-    """A config fault; str() is the one line shown to the user."""
-
-
-def _f(key: str, default: Any = attrs.NOTHING, *, lo: float | None = None, hi: float | None = None,
-       factory: Any = None, pattern: str | None = None) -> Any:
-    meta = {"key": key, "min": lo, "max": hi, "pattern": pattern}
-    if factory is not None:
-        return attrs.field(factory=factory, metadata=meta)
-    return attrs.field(default=default, metadata=meta)
 
 
 @attrs.frozen
@@ -193,102 +180,8 @@ class Config:
         return self.placement.default if self.placement.default in allowed else allowed[0]
 
 
-# ---------------------------------------------------------------------------
-# Validation: a walk over the attrs declarations, with the key path in every error.
-
-def _json_keys(cls: type) -> dict[str, attrs.Attribute]:
-    return {a.metadata["key"]: a for a in attrs.fields(cls) if a.metadata.get("key")}
-
-
-def _type_name(v: Any) -> str:
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string",
-            list: "an array", dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
-
-
-def _check(tp: Any, value: Any, path: str, meta: dict[str, Any]) -> None:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin is typing.Union:
-        if value is None and type(None) in args:
-            return
-        inner = [a for a in args if a is not type(None)]
-        return _check(inner[0], value, path, meta)
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{path}: must be one of {', '.join(map(repr, args))}, got {value!r}")
-        return
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{path}: must be an array, got {_type_name(value)}")
-        for i, item in enumerate(value):
-            _check(args[0], item, f"{path}[{i}]", {})
-        return
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: must be an object, got {_type_name(value)}")
-        for k, item in value.items():
-            _check(args[1], item, f"{path}.{k}", {})
-        return
-    if attrs.has(tp):
-        return _check_object(tp, value, path)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{path}: must be true or false, got {_type_name(value)}")
-        return
-    if tp in (int, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{path}: must be a number, got {_type_name(value)}")
-        if tp is int and not (isinstance(value, int) or float(value).is_integer()):
-            raise ConfigError(f"{path}: must be a whole number, got {value!r}")
-        lo, hi = meta.get("min"), meta.get("max")
-        if (lo is not None and value < lo) or (hi is not None and value > hi):
-            rng = f"between {lo:g} and {hi:g}" if hi is not None else f"at least {lo:g}"
-            raise ConfigError(f"{path}: must be {rng}, got {value!r}")
-        return
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}: must be a string, got {_type_name(value)}")
-        if meta.get("pattern") and not re.fullmatch(meta["pattern"], value):
-            raise ConfigError(f"{path}: {value!r} does not match {meta['pattern']}")
-        return
-    raise AssertionError(f"unhandled config type {tp!r}")
-
-
-def _check_object(cls: type, value: Any, path: str) -> None:
-    where = path or "the config"
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: must be an object, got {_type_name(value)}")
-    keys = _json_keys(cls)
-    hints = typing.get_type_hints(cls)
-    prefix = f"{path}." if path else ""
-    for k in value:
-        if k not in keys:
-            near = difflib.get_close_matches(k, list(keys), n=1, cutoff=0.5)
-            hint = f" (did you mean {near[0]!r}?)" if near else f" (known keys: {', '.join(keys)})"
-            raise ConfigError(f"{prefix}{k}: unknown key{hint}")
-    for k, a in keys.items():
-        if k in value:
-            _check(hints[a.name], value[k], prefix + k, dict(a.metadata))
-        elif a.default is attrs.NOTHING:
-            raise ConfigError(f"{prefix}{k}: required key is missing")
-
-
-# ---------------------------------------------------------------------------
-# Structuring with cattrs: JSON keys map onto fields through the metadata.
-
-def _converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True)
-    for cls in (ClaudeEngine, CodexEngine, Engines, Dashboard, Telemetry, DefaultModels, ModelLists, PriceRow,
-                RayPlacement, Placement, Caller, Config):
-        overrides = {a.name: override(rename=a.metadata["key"]) if a.metadata.get("key") else override(omit=True)
-                     for a in attrs.fields(cls)}
-        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **overrides))
-    conv.register_structure_hook(float, lambda v, _: float(v))
-    conv.register_structure_hook(int, lambda v, _: int(v))
-    return conv
-
-
-CONVERTER = _converter()
+CONVERTER = converter(ClaudeEngine, CodexEngine, Engines, Dashboard, Telemetry, DefaultModels, ModelLists, PriceRow,
+                      RayPlacement, Placement, Caller, Config)
 
 
 def _apply_aliases(raw: dict[str, Any]) -> dict[str, Any]:
@@ -503,9 +396,9 @@ def parse(text: str, path: Path, search_path: str | None = None) -> Config:
     except ValueError as e:
         raise ConfigError(f"not valid JSON: {e}") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"the config must be a JSON object, got {_type_name(raw)}")
+        raise ConfigError(f"the config must be a JSON object, got {type_name(raw)}")
     raw = _apply_aliases(raw)
-    _check_object(Config, raw, "")
+    check_object(Config, raw, "")
     cfg = CONVERTER.structure(raw, Config)
     cfg = attrs.evolve(cfg, path=path)
     return _semantic_checks(cfg, search_path)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-import trio
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,

@@ -19,7 +19,7 @@ from swarmbase.metrics import Metrics, register_metrics
 from swarmbase.prices import Tokens
 from swarmbase.runs.model import Run
 from swarmbase.runs.records import AgentRecord
-from swarmbase.runs.supervisor import LiveRun
+from swarmbase.runs.live import LiveRun
 
 from .conftest import write_config
 

@@ -28,14 +28,15 @@ from ..engines.base import AgentIO, AgentJob, Engine, LiveUsage
 from ..engines.strict_schema import StrictSchemaError, strict
 from ..engines.verdict import Verdict
 from ..runner import AgentCallError
-from . import nudge, records, worktrees
+from . import answers, nudge, records, worktrees
 from .agent_opts import AgentOptions, OptionError, resolve
 from .budget import MIN_USD, BudgetSpent
 from .model import iso
 from .records import AgentRecord, Transcript, redact_value
 
 if TYPE_CHECKING:
-    from .supervisor import LiveRun, Supervisor
+    from .live import LiveRun
+    from .supervisor import Supervisor
 
 log = logging.getLogger("swarmbase.agents")
 
@@ -194,7 +195,7 @@ class Agents:
             with trio.CancelScope(shield=True):
                 if rec.state not in records.ENDED:
                     self._settle(live, rec, o, reserved, reserved_tokens, verdict, usage)
-                    stop = live.stop_reasons.get(t.n) or self._workflow_stop(live, rec.workflow)
+                    stop = live.stop_reasons.get(t.n) or answers.workflow_stop(live.root.cancelled_workflows, rec.workflow)
                     if isinstance(exc, AgentCallError):
                         self._end(live, rec, "failed", error=str(exc))
                     elif stop is not None and is_cancellation(exc):
@@ -214,16 +215,16 @@ class Agents:
             state, error = live.stop_reasons.get(t.n, ("skipped", "skipped by an admin"))
             self._end(live, rec, state, error=error)
             await self._journal(live, t.key, rec, None)
-            return self._answer(o, rec, None, verdict)
+            return answers.answer(o.detail, rec, self.sup.redact, None, verdict)
         assert verdict is not None
         if verdict.ok:
             value = redact_value(self.sup.redact, verdict.value)
             self._end(live, rec, "done")
             await self._journal(live, t.key, rec, value)
-            return self._answer(o, rec, value, verdict)
+            return answers.answer(o.detail, rec, self.sup.redact, value, verdict)
         self._end(live, rec, "failed", error=self.sup.redact(verdict.error or "failed"))
         await self._journal(live, t.key, rec, None)
-        return self._answer(o, rec, None, verdict)
+        return answers.answer(o.detail, rec, self.sup.redact, None, verdict)
 
     async def _reserve(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions) -> tuple[float, int]:
         run = live.run
@@ -348,7 +349,7 @@ class Agents:
                 await trio.to_thread.run_sync(transcript.close)
         rec.priced = usage.priced
         if deadline.cancelled_caught:
-            return Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=self._killed_cost(usage),
+            return Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=answers.killed_cost(usage),
                            tokens=usage.tokens, tokens_exact=usage.responses == 0)
         rec.exit_code = verdict.exit_code
         return verdict
@@ -375,14 +376,6 @@ class Agents:
                 return True, self._replay(live, t.n, t.opts, prompt, opts, cached)
         return False, None
 
-    @staticmethod
-    def _workflow_stop(live: Any, path: str) -> tuple[str, str] | None:
-        """An agent inside a workflow the script gave up (a race or waitN loser)."""
-        for p, reason in live.root.cancelled_workflows.items():
-            if path == p or path.startswith(p + "/"):
-                return "cancelled", f"cancelled: {reason} (workflow {p})"
-        return None
-
     def _replay(self, live: "LiveRun", n: int, o: AgentOptions, prompt: str, opts: dict[str, Any],
                 cached: dict[str, Any]) -> Any:
         """A journaled success: no process, no spend; recorded and shown as replayed."""
@@ -398,22 +391,7 @@ class Agents:
         live.run.agents_done += 1
         self.sup.agent_changed(live, rec)
         value = cached.get("result")
-        if o.detail:
-            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            return {"ok": True, "value": value, "text": text, "error": None, "schemaError": None,
-                    "costUsd": 0.0, "estimated": False, "tokens": 0, "n": n, "replayed": True,
-                    **({"worktree": cached["worktree"]} if cached.get("worktree") else {})}
-        return value
-
-    def _answer(self, o: AgentOptions, rec: AgentRecord, value: Any, verdict: Verdict | None) -> Any:
-        if not o.detail:
-            return value
-        text = verdict.text if verdict is not None else None
-        return {"ok": rec.state == "done", "value": value,
-                "text": self.sup.redact(text) if isinstance(text, str) else None,
-                "error": rec.error, "schemaError": verdict.schema_error if verdict is not None else None,
-                "costUsd": round(rec.cost_usd, 6), "estimated": rec.cost_estimated, "tokens": rec.tokens.total,
-                "n": rec.n, "replayed": False, **({"worktree": rec.branch} if rec.branch else {})}
+        return answers.replayed(o.detail, n, value, cached.get("worktree"))
 
     async def _journal(self, live: "LiveRun", key: str | None, rec: AgentRecord, value: Any) -> None:
         """Shielded: a result the script was about to get is journaled even if the run is
@@ -430,11 +408,6 @@ class Agents:
             "estimated": rec.cost_estimated, "tokens": rec.tokens.to_json(), "durationS": rec.duration_s,
             "workflow": rec.workflow, **({"worktree": rec.branch} if rec.branch else {})})
 
-    @staticmethod
-    def _killed_cost(usage: LiveUsage) -> float:
-        """A killed agent is charged what it streamed; with no response begun, nothing."""
-        return usage.cost_usd if usage.responses else 0.0
-
     def _settle(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions, reserved: float, reserved_tokens: int,
                 verdict: Verdict | None, usage: LiveUsage) -> None:
         if rec.started_at is None:
@@ -443,16 +416,7 @@ class Agents:
             if reserved_tokens:
                 live.tokens.settle(reserved_tokens, 0)
             return
-        if verdict is not None:
-            tokens, cost = verdict.tokens, verdict.cost_usd
-            estimated = cost is None or not verdict.tokens_exact
-            if cost is None:
-                cost = self._killed_cost(usage) if tokens.total == 0 else usage.cost_usd
-        else:
-            tokens, cost = usage.tokens, self._killed_cost(usage)
-            estimated = usage.responses > 0 and not usage.exact
-        if not usage.responses and not tokens.total:
-            estimated = False
+        tokens, cost, estimated = answers.charge(verdict, usage)
         rec.cost_usd, rec.cost_estimated, rec.tokens = cost, estimated, tokens
         rec.priced = usage.priced
         live.usd.settle(reserved, cost)

@@ -20,7 +20,8 @@ from ..audit.rundirs import agent_files, end_files
 from .records import ENDED, AgentRecord
 
 if TYPE_CHECKING:
-    from .supervisor import LiveRun, Supervisor
+    from .live import LiveRun
+    from .supervisor import Supervisor
 
 FLUSH_INTERVAL_S = 0.25
 # phases.json holds every agent's row: rewritten at most every FLUSH_INTERVAL_S per

@@ -16,7 +16,8 @@ from .records import redact_value
 from .workflows import WorkflowCall, WorkflowError, WorkflowScope
 
 if TYPE_CHECKING:
-    from .supervisor import LiveRun, Supervisor
+    from .live import LiveRun
+    from .supervisor import Supervisor
 
 log = logging.getLogger("swarmbase.workflows")
 

@@ -27,7 +27,7 @@ from .budget import BudgetGate, Ledger
 from .journal import KeyCounter
 
 if TYPE_CHECKING:
-    from .supervisor import LiveRun
+    from .live import LiveRun
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 KNOWN = ("label", "budgetUsd", "budgetTokens", "profile")
