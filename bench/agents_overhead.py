@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
-import json
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
@@ -36,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from swarmbase import config, daemon  # noqa: E402
 from swarmbase.sandbox import Confinement, HostLayout, bwrap_argv, interpreter_paths  # noqa: E402
+from bench.common import write_config  # noqa: E402
 from tests.fakes import fake_claude  # noqa: E402
 
 PROBE_S = 0.005
@@ -133,15 +131,9 @@ async def plain(argv: list[str], prompt: Path, n: int, conc: int) -> float:
 async def through_daemon(state: Path, cli: Path, n: int, conc: int, steps: LongSteps | None = None
                          ) -> dict[str, float]:
     state.mkdir()
-    key = state / "bench.key"
-    key.write_text("sk-bench-key-000000")
-    key.chmod(0o600)
-    token = secrets.token_hex(24)
-    (state / "config.json").write_text(json.dumps({
-        "port": 0, "perRunConcurrency": conc, "maxConcurrentAgents": conc, "maxAgentsPerRun": n,
-        "engines": {"claude": {"bin": str(cli)}},
-        "callers": [{"name": "bench", "tokenSha256": hashlib.sha256(token.encode()).hexdigest(),
-                     "apiKeyFile": str(key), "runUsdMax": 100000}]}))
+    write_config(state, extra={"perRunConcurrency": conc, "maxConcurrentAgents": conc, "maxAgentsPerRun": n,
+                               "engines": {"claude": {"bin": str(cli)}}}, caller={"runUsdMax": 100000},
+                 key="sk-bench-key-000000")
     cfg = config.load(state / "config.json")
     lag: list[float] = []
     out: dict[str, float] = {}

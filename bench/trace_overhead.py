@@ -18,9 +18,6 @@ collector. Prints figures; asserts nothing.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import secrets
 import socket
 import statistics
 import subprocess
@@ -39,6 +36,7 @@ from swarmbase.prices import Tokens  # noqa: E402
 from swarmbase.runs import records  # noqa: E402
 from swarmbase.runs.model import Run  # noqa: E402
 from swarmbase.runs.records import AgentRecord  # noqa: E402
+from bench.common import write_config  # noqa: E402
 from tests.fakes import fake_claude  # noqa: E402
 
 RECEIVER = r"""
@@ -124,15 +122,9 @@ def shim(sup: Any, obs: Any) -> None:
 
 async def through_daemon(state: Path, cli: Path, n: int, conc: int, endpoint: str | None) -> tuple[float, float]:
     """(wall seconds, this process's CPU seconds: the daemon's side, export thread included)."""
-    key = state / "bench.key"
-    key.write_text("sk-bench-key-000000")
-    key.chmod(0o600)
-    token = secrets.token_hex(24)
-    (state / "config.json").write_text(json.dumps({
-        "port": 0, "perRunConcurrency": conc, "maxConcurrentAgents": conc, "maxAgentsPerRun": n,
-        "engines": {"claude": {"bin": str(cli)}},
-        "callers": [{"name": "bench", "tokenSha256": hashlib.sha256(token.encode()).hexdigest(),
-                     "apiKeyFile": str(key), "runUsdMax": 1000}]}))
+    write_config(state, extra={"perRunConcurrency": conc, "maxConcurrentAgents": conc, "maxAgentsPerRun": n,
+                               "engines": {"claude": {"bin": str(cli)}}}, caller={"runUsdMax": 1000},
+                 key="sk-bench-key-000000")
     cfg = config.load(state / "config.json")
     obs = telemetry.TraceObserver(endpoint=endpoint) if endpoint else None
     async with trio.open_nursery() as nursery:

@@ -18,10 +18,9 @@ from swarmbase.audit.render import audit_command
 from swarmbase.client import connect
 from swarmbase.mcpl import tools
 
-from .conftest import run_to_end, start_cli_daemon, write_config
-from .fakes import fake_claude
+from .conftest import run_to_end, start_cli_daemon
 from .test_agents import fake_daemon
-from .test_durability import spawns
+from .test_durability import held_fan_out, spawns
 from .test_telemetry import OtlpReceiver, attrs_of
 
 SCRIPT = ("phase('fan-out');\nlog('starting');\n"
@@ -106,20 +105,7 @@ async def test_trace_of_a_real_run(tmp_path: Path, nursery: trio.Nursery) -> Non
 
 @pytest.mark.timeout(180)
 async def test_kill_9_mid_run_is_sealed_on_boot(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    state.mkdir()
-    (tmp_path / "bin").mkdir()
-    cli = fake_claude.install(tmp_path / "bin")
-    key = state / "alice.key"
-    key.write_text("sk-test-kill9-key")
-    key.chmod(0o600)
-    # Without the sandbox (the fake waits on a host file), as test_durability's kill -9 test.
-    path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": str(cli)}},
-                                caller_extra={"apiKeyFile": str(key)}, sandbox="none")
-    hold = tmp_path / "hold"
-    hold.write_text("")
-    script = ("return await parallel(Array.from({length: 6}, (_, i) => () => "
-              "agent(i < 3 ? 'noop ' + i : 'waitfile:' + args.hold + ' ' + i, { label: 'a' + i })))")
+    state, path, tokens, hold, script = held_fan_out(tmp_path, agents=6, quick=3)
     with trio.fail_after(150):
         proc, ws = await start_cli_daemon(path)
         try:

@@ -219,8 +219,11 @@ def live_pids_matching(needle: bytes) -> list[int]:
             and pid_alive(int(p.name))]
 
 
-@pytest.mark.timeout(180)
-async def test_kill_9_during_a_10_agent_run_then_restart(tmp_path: Path) -> None:
+def held_fan_out(tmp_path: Path, agents: int, quick: int) -> tuple[Path, Path, dict[str, str], Path, str]:
+    """A daemon config (fake claude, alice with a key) and a script fanning out `agents`
+    agents of which the first `quick` end at once and the rest wait on the `hold` file.
+    Without the sandbox: the fake waits on a host file (test_crash_only covers kill -9 under it).
+    Returns (state dir, config path, tokens, hold file, script)."""
     state = tmp_path / "state"
     state.mkdir()
     (tmp_path / "bin").mkdir()
@@ -228,13 +231,18 @@ async def test_kill_9_during_a_10_agent_run_then_restart(tmp_path: Path) -> None
     key = state / "alice.key"
     key.write_text("sk-test-kill9-key")
     key.chmod(0o600)
-    # Without the sandbox (the fake waits on a host file); test_crash_only.py covers kill -9 under it.
     path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": str(cli)}},
                                 caller_extra={"apiKeyFile": str(key)}, sandbox="none")
     hold = tmp_path / "hold"
     hold.write_text("")
-    script = ("return await parallel(Array.from({length: 10}, (_, i) => () => "
-              "agent(i < 5 ? 'noop ' + i : 'waitfile:' + args.hold + ' ' + i, { label: 'a' + i })))")
+    script = (f"return await parallel(Array.from({{length: {agents}}}, (_, i) => () => "
+              f"agent(i < {quick} ? 'noop ' + i : 'waitfile:' + args.hold + ' ' + i, {{ label: 'a' + i }})))")
+    return state, path, tokens, hold, script
+
+
+@pytest.mark.timeout(180)
+async def test_kill_9_during_a_10_agent_run_then_restart(tmp_path: Path) -> None:
+    state, path, tokens, hold, script = held_fan_out(tmp_path, agents=10, quick=5)
     with trio.fail_after(150):
         proc, ws = await start_cli_daemon(path)
         try:
@@ -261,7 +269,7 @@ async def test_kill_9_during_a_10_agent_run_then_restart(tmp_path: Path) -> None
 
         proc, ws = await start_cli_daemon(path)
         try:
-            assert live_pids_matching(str(cli).encode()) == []
+            assert live_pids_matching(str(tmp_path / "bin" / "claude").encode()) == []
             assert process_records(state / "procs") == []
             run_json = json.loads((run_dir / "run.json").read_text())
             assert run_json["status"] == "interrupted"
