@@ -99,6 +99,7 @@ class _Live:
     agents: dict[int, Any]
     writes: flush.Pending = attrs.Factory(flush.Pending)
     views: int = 0
+    chains: Any = None          # no hash chains in this fake
 
     def phases_view(self) -> list[dict[str, Any]]:
         self.views += 1
