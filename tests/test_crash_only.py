@@ -21,9 +21,11 @@ from swarmbase.procs import process_start_time
 from swarmbase.runs.model import Run
 from swarmbase.runs.store import RunStore
 
+from .clidaemon import cli_daemon
 from .conftest import CLAUDE, descendants, process_table, start_cli_daemon, write_config
 from .fakes import fake_claude
 from .fakes.anthropic_api import FakeAnthropic
+from .flood import rss_mb
 
 KEY = "sk-ant-crash-" + secrets.token_hex(12)
 
@@ -269,3 +271,40 @@ async def test_after_kill_9_the_runs_agents_are_marked_interrupted(tmp_path: Pat
     records = [json.loads(p.read_text()) for p in run_dir.glob("agents/*/agent.json")]
     assert sorted(r["state"] for r in records) == ["done"] * 2 + ["interrupted"] * 4
 
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_memory_stays_flat_over_2000_runs(tmp_path: Path) -> None:
+    """Finished runs cost the daemon no more than a boot-loaded run's record: its RSS after
+    2,000 runs is within 5 MB of what it was after 10 (the issue saw +16 KB per run)."""
+    path, tokens = daemon_config(tmp_path, CLAUDE)
+    cfg = json.loads(path.read_text())
+    cfg["callers"][0]["maxActiveRuns"] = 4
+    path.write_text(json.dumps(cfg))
+    marks: dict[int, float] = {}
+    async with cli_daemon(path) as d:
+        async with connect(d.ws, tokens["alice"]) as h:
+            await h.handshake()
+
+            async def runs(first: int, count: int) -> None:
+                for i in range(first, first + count):
+                    rid = (await h.tool("run", {"script": f"log('run {i}'); return {i}"}))["structuredContent"]["runId"]
+                    assert "swarmbase:completed" in (await h.wait_notice(f"{rid}:end"))["tags"]
+
+            async def batch(first: int, total: int, workers: int) -> None:
+                async with trio.open_nursery() as n:
+                    for w in range(workers):
+                        n.start_soon(runs, first + w * (total // workers), total // workers)
+
+            await batch(0, 10, 1)
+            await trio.sleep(1.0)
+            marks[10] = rss_mb(d.proc.pid)
+            await batch(10, 1990, 2)
+            await trio.sleep(1.0)
+            marks[2000] = rss_mb(d.proc.pid)
+            st = (await h.tool("list", {}))["structuredContent"]
+            assert st["runs"]                                 # still serving
+    grew = marks[2000] - marks[10]
+    print(f"daemon RSS after 10 runs {marks[10]:.1f} MB, after 2,000 {marks[2000]:.1f} MB (+{grew:.1f} MB)")
+    assert grew < 5.0, marks

@@ -300,3 +300,24 @@ async def test_kill_9_during_a_10_agent_run_then_restart(tmp_path: Path) -> None
         finally:
             proc.send_signal(signal.SIGTERM)
             await proc.wait()
+
+
+def test_an_ended_runs_seal_and_history_stay_on_disk_until_needed(tmp_path: Path) -> None:
+    store = RunStore(tmp_path)
+    run = Run(id="run_0123456789ab", caller="alice", dir_name=RunStore.dir_name_for("run_0123456789ab", 0.0),
+              created_at=0.0, status="running", history=[{"status": "running", "at": "t0"}])
+    run.link = {"v": 1, "runId": run.id}
+    run.set_status("completed", 1.0)
+    run.end = {"hash": "h" * 64, "history": run.history}
+    store.create(run, "return 1")
+    store.save(run)
+    before = run.to_json()
+    run.stow_end(store.dir(run) / "run.json")
+    assert not isinstance(run._end, (str, dict)) and isinstance(run._history, str)   # nothing held as dicts
+    assert run.sealed and run.to_json() == before            # read back exactly, so a re-save keeps the seal
+    run.resumed_as = "run_ba9876543210"
+    store.save(run)
+    assert json.loads((store.dir(run) / "run.json").read_text())["end"] == before["end"]
+    (store.dir(run) / "run.json").write_text("{torn")
+    with pytest.raises(OSError, match="cannot be read back"):
+        run.to_json()                                        # never a record without its seal

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import re
 import secrets
 import time
@@ -27,6 +29,30 @@ def iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
 
 
+class Stowed:
+    """Where an ended run's sealed end record is: its run.json. The record (a copy of the
+    whole run record, hashed) is read back only when run.json is rewritten or a resume
+    links to it, so a finished run costs memory for its summary only."""
+    __slots__ = ("path",)
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+
+    def read(self) -> Optional[dict[str, Any]]:
+        try:
+            end = json.loads(self.path.read_bytes()).get("end")
+        except ValueError as e:      # never write a record without its seal: fail as a disk fault
+            raise OSError(errno.EIO, f"{self.path} cannot be read back ({e})") from e
+        return end if isinstance(end, dict) else None
+
+
+def _packed(value: Any) -> Any:
+    """A JSON object as compact text (None stays None; text or a Stowed is kept as is)."""
+    if value is None or isinstance(value, (str, Stowed)):
+        return value
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
 @attrs.define
 class Run:
     id: str
@@ -36,7 +62,7 @@ class Run:
     label: Optional[str] = None
     meta: Optional[dict[str, Any]] = None
     status: str = "queued"
-    history: list[dict[str, Any]] = attrs.Factory(list)
+    _history: Any = attrs.Factory(list)      # a list; packed JSON text once the run has ended (stow_end)
     args: Any = None
     model: Optional[str] = None
     effort: Optional[str] = None
@@ -57,8 +83,11 @@ class Run:
     timeout_ms: Optional[int] = None
     budget_warn_at: Optional[float] = None
     script_line: Optional[str] = None     # the script's first non-empty line (a label of last resort)
-    link: Optional[dict[str, Any]] = None     # hash-chain link (swarmbase.audit.chain.run_link), set at start
-    end: Optional[dict[str, Any]] = None      # the sealed end record, set once when the run ends
+    # The hash-chain link (swarmbase.audit.chain.run_link, set at start) and the sealed end
+    # record (set once when the run ends), kept as compact JSON text: as nested dicts they
+    # were most of what a finished run cost the daemon in memory (~2 KB of 5 per run).
+    _link: Optional[str] = attrs.field(default=None, converter=lambda v: _packed(v))
+    _end: Optional[str] = attrs.field(default=None, converter=lambda v: _packed(v))
 
     @property
     def active(self) -> bool:
@@ -83,6 +112,42 @@ class Run:
         self.history.append({"status": status, "at": iso(at), **detail})
         if status in TERMINAL:
             self.ended_at = at
+
+    @property
+    def link(self) -> Optional[dict[str, Any]]:
+        return json.loads(self._link) if self._link is not None else None
+
+    @link.setter
+    def link(self, value: Optional[dict[str, Any]]) -> None:
+        self._link = _packed(value)
+
+    @property
+    def end(self) -> Optional[dict[str, Any]]:
+        if isinstance(self._end, Stowed):
+            return self._end.read()
+        return json.loads(self._end) if self._end is not None else None
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        return json.loads(self._history) if isinstance(self._history, str) else self._history
+
+    @property
+    def sealed(self) -> bool:
+        return self._end is not None
+
+    def stow_end(self, run_json: Any) -> None:
+        """The run has ended and `run_json` (a Path) holds its sealed end record: let go of
+        the in-memory copy."""
+        if self.status not in TERMINAL:
+            return
+        if isinstance(self._end, str):
+            self._end = Stowed(run_json)
+        if isinstance(self._history, list):      # an ended run's history never changes
+            self._history = _packed(self._history)
+
+    @end.setter
+    def end(self, value: Optional[dict[str, Any]]) -> None:
+        self._end = _packed(value)
 
     def to_json(self) -> dict[str, Any]:
         return {

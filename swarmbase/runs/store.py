@@ -112,7 +112,7 @@ class RunStore:
         RunChains if the caller holds it (a live run, boot); else picked up from the files."""
         if not entries:
             return
-        if run.end is not None:
+        if run.sealed:
             # Sealed: a line after the end record reads as tampering to `audit`.
             log.warning("run %s has ended; %d log line(s) not appended", run.id, len(entries))
             return
@@ -204,4 +204,5 @@ class RunStore:
                     f"run.json unreadable ({type(e).__name__}: {str(e)[:120]})"
                 damaged(entry, fault)
                 continue
+            run.stow_end(entry / "run.json")      # an ended run's seal stays on disk until needed
             yield run

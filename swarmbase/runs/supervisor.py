@@ -124,7 +124,7 @@ class Supervisor:
             await trio.sleep(RESAVE_INTERVAL_S)
             for run_id, run in list(self.unsaved.items()):
                 try:
-                    if run.link is not None and run.end is None:     # its final flush failed: seal what is on disk
+                    if run.link is not None and not run.sealed:     # its final flush failed: seal what is on disk
                         d = self.store.dir(run)
                         chains = await trio.to_thread.run_sync(chains_from_disk, d, run.link)
                         run.end = chains.end_record(run.to_json(), await trio.to_thread.run_sync(end_files, d))
@@ -401,6 +401,7 @@ class Supervisor:
         self.outbox.add(run.caller, notice, hold=True)
         try:
             await flush.write(self, live, final=True)
+            run.stow_end(self.store.dir(run) / "run.json")
         except OSError as e:
             log.error("run %s: its end could not be written (%s); kept in memory, retried", run.id, e)
             self.unsaved[run.id] = run
