@@ -278,7 +278,7 @@ async def test_after_kill_9_the_runs_agents_are_marked_interrupted(tmp_path: Pat
 async def test_memory_stays_flat_over_2000_runs(tmp_path: Path) -> None:
     """Finished runs cost the daemon no more than a boot-loaded run's record: its RSS after
     2,000 runs is within 5 MB of what it was after 10 (the issue saw +16 KB per run)."""
-    path, tokens = daemon_config(tmp_path, CLAUDE)
+    path, tokens = daemon_config(tmp_path, str(CLAUDE))
     cfg = json.loads(path.read_text())
     cfg["callers"][0]["maxActiveRuns"] = 4
     path.write_text(json.dumps(cfg))

@@ -313,7 +313,8 @@ def test_an_ended_runs_seal_and_history_stay_on_disk_until_needed(tmp_path: Path
     store.save(run)
     before = run.to_json()
     run.stow_end(store.dir(run) / "run.json")
-    assert not isinstance(run._end, (str, dict)) and isinstance(run._history, str)   # nothing held as dicts
+    assert not isinstance(run._end, (str, dict)) and not isinstance(run._link, (str, dict))
+    assert isinstance(run._history, str)                      # packed, not dicts
     assert run.sealed and run.to_json() == before            # read back exactly, so a re-save keeps the seal
     run.resumed_as = "run_ba9876543210"
     store.save(run)

@@ -30,20 +30,23 @@ def iso(t: float) -> str:
 
 
 class Stowed:
-    """Where an ended run's sealed end record is: its run.json. The record (a copy of the
-    whole run record, hashed) is read back only when run.json is rewritten or a resume
-    links to it, so a finished run costs memory for its summary only."""
-    __slots__ = ("path",)
+    """Where an ended run's chain link or sealed end record is: a key of its run.json. The
+    end record (a copy of the whole run record, hashed) and the link are read back only
+    when run.json is rewritten or a resume links to it, so a finished run costs memory for
+    its summary only."""
+    __slots__ = ("path", "key")
 
-    def __init__(self, path: Any) -> None:
-        self.path = path
+    def __init__(self, path: Any, key: str) -> None:
+        self.path = str(path)
+        self.key = key
 
     def read(self) -> Optional[dict[str, Any]]:
         try:
-            end = json.loads(self.path.read_bytes()).get("end")
+            with open(self.path, "rb") as f:
+                value = json.loads(f.read()).get(self.key)
         except ValueError as e:      # never write a record without its seal: fail as a disk fault
             raise OSError(errno.EIO, f"{self.path} cannot be read back ({e})") from e
-        return end if isinstance(end, dict) else None
+        return value if isinstance(value, dict) else None
 
 
 def _packed(value: Any) -> Any:
@@ -115,6 +118,8 @@ class Run:
 
     @property
     def link(self) -> Optional[dict[str, Any]]:
+        if isinstance(self._link, Stowed):
+            return self._link.read()
         return json.loads(self._link) if self._link is not None else None
 
     @link.setter
@@ -141,7 +146,9 @@ class Run:
         if self.status not in TERMINAL:
             return
         if isinstance(self._end, str):
-            self._end = Stowed(run_json)
+            self._end = Stowed(run_json, "end")
+            if isinstance(self._link, str):
+                self._link = Stowed(run_json, "link")
         if isinstance(self._history, list):      # an ended run's history never changes
             self._history = _packed(self._history)
 

@@ -124,7 +124,7 @@ class Supervisor:
             await trio.sleep(RESAVE_INTERVAL_S)
             for run_id, run in list(self.unsaved.items()):
                 try:
-                    if run.link is not None and not run.sealed:     # its final flush failed: seal what is on disk
+                    if not run.sealed and run.link is not None:     # its final flush failed: seal what is on disk
                         d = self.store.dir(run)
                         chains = await trio.to_thread.run_sync(chains_from_disk, d, run.link)
                         run.end = chains.end_record(run.to_json(), await trio.to_thread.run_sync(end_files, d))
