@@ -136,6 +136,10 @@ class Run:
     def history(self) -> list[dict[str, Any]]:
         return json.loads(self._history) if isinstance(self._history, str) else self._history
 
+    @history.setter
+    def history(self, value: list[dict[str, Any]]) -> None:
+        self._history = list(value)
+
     @property
     def sealed(self) -> bool:
         return self._end is not None
