@@ -87,10 +87,11 @@ class Run:
     budget_warn_at: Optional[float] = None
     script_line: Optional[str] = None     # the script's first non-empty line (a label of last resort)
     # The hash-chain link (swarmbase.audit.chain.run_link, set at start) and the sealed end
-    # record (set once when the run ends), kept as compact JSON text: as nested dicts they
-    # were most of what a finished run cost the daemon in memory (~2 KB of 5 per run).
-    _link: Optional[str] = attrs.field(default=None, converter=lambda v: _packed(v))
-    _end: Optional[str] = attrs.field(default=None, converter=lambda v: _packed(v))
+    # record (set once when the run ends): compact JSON text, then left in run.json once the
+    # run has ended (stow_end). As nested dicts they were most of what a finished run cost
+    # the daemon in memory. Read and set them through the `link` and `end` properties.
+    _link: Any = attrs.field(default=None, converter=_packed)
+    _end: Any = attrs.field(default=None, converter=_packed)
 
     @property
     def active(self) -> bool:
@@ -132,6 +133,10 @@ class Run:
             return self._end.read()
         return json.loads(self._end) if self._end is not None else None
 
+    @end.setter
+    def end(self, value: Optional[dict[str, Any]]) -> None:
+        self._end = _packed(value)
+
     @property
     def history(self) -> list[dict[str, Any]]:
         return json.loads(self._history) if isinstance(self._history, str) else self._history
@@ -145,20 +150,16 @@ class Run:
         return self._end is not None
 
     def stow_end(self, run_json: Any) -> None:
-        """The run has ended and `run_json` (a Path) holds its sealed end record: let go of
-        the in-memory copy."""
+        """The run has ended and `run_json` (a Path) holds its sealed end record: keep only
+        where it is, and pack the history (it never changes again)."""
         if self.status not in TERMINAL:
             return
         if isinstance(self._end, str):
             self._end = Stowed(run_json, "end")
             if isinstance(self._link, str):
                 self._link = Stowed(run_json, "link")
-        if isinstance(self._history, list):      # an ended run's history never changes
+        if isinstance(self._history, list):
             self._history = _packed(self._history)
-
-    @end.setter
-    def end(self, value: Optional[dict[str, Any]]) -> None:
-        self._end = _packed(value)
 
     def to_json(self) -> dict[str, Any]:
         return {
