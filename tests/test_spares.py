@@ -24,6 +24,7 @@ from swarmbase.runs.script_host import spare_spec
 from swarmbase.runs.spares import Spare, SpareRunners, alive
 
 from .conftest import Env, run_to_end, start_daemon, write_config
+from .test_runs import Parked
 from .test_runner_guards import direct
 
 
@@ -154,17 +155,6 @@ def test_a_spare_is_the_runner_a_cold_start_makes(tmp_path: Path) -> None:
     assert attrs.evolve(warm, key=cold.key, record=cold.record) == cold
     assert warm.network is False and dict(warm.env) == RUNNER_ENV
     assert "runId" not in warm.record
-
-
-class Parked:
-    """agent() waits forever (until cancelled)."""
-
-    def __init__(self) -> None:
-        self.started = trio.Event()
-
-    async def call(self, live: Any, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
-        self.started.set()
-        await trio.sleep_forever()
 
 
 class FailingLauncher:

@@ -56,6 +56,13 @@ def _packed(value: Any) -> Any:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _unpacked(value: Any) -> Any:
+    """What _packed kept, as a JSON object again (read back from run.json if stowed)."""
+    if isinstance(value, Stowed):
+        return value.read()
+    return json.loads(value) if value is not None else None
+
+
 @attrs.define
 class Run:
     id: str
@@ -119,9 +126,7 @@ class Run:
 
     @property
     def link(self) -> Optional[dict[str, Any]]:
-        if isinstance(self._link, Stowed):
-            return self._link.read()
-        return json.loads(self._link) if self._link is not None else None
+        return _unpacked(self._link)
 
     @link.setter
     def link(self, value: Optional[dict[str, Any]]) -> None:
@@ -129,9 +134,7 @@ class Run:
 
     @property
     def end(self) -> Optional[dict[str, Any]]:
-        if isinstance(self._end, Stowed):
-            return self._end.read()
-        return json.loads(self._end) if self._end is not None else None
+        return _unpacked(self._end)
 
     @end.setter
     def end(self, value: Optional[dict[str, Any]]) -> None:
