@@ -22,7 +22,7 @@ from .. import __version__
 from ..config import Caller, Config
 from ..outbox import Outbox
 from ..runs.supervisor import Supervisor
-from . import features, jsonrpc, selection, tools
+from . import features, jsonrpc, selection, tool_docs, tools
 from .delivery import PUSH_TIMEOUT_S, Delivery  # noqa: F401  (PUSH_TIMEOUT_S re-exported)
 from .jsonrpc import Invalid, Notification, Request, Response, RpcError
 
@@ -236,7 +236,8 @@ class Session:
             if not self.initialized:
                 raise RpcError(jsonrpc.INVALID_REQUEST, "invalid request: send initialize first")
             if m == "tools/list":
-                return {"tools": tools.TOOLS}
+                assert self.caller is not None
+                return {"tools": tool_docs.for_caller(tools.TOOLS, self.caller, self.sup.cfg)}
             assert self.caller is not None
             return tools.call(self.sup, self.caller, req.params)
         raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {m}")
