@@ -29,6 +29,10 @@ def _serve(port: int | None = None) -> int:
         print(f"swarmbase: --port {port} differs from the port in {path} ({cfg.port}); --port only chooses the "
               f"port of a first start: change \"port\" in the config instead", file=sys.stderr)
         return 2
+    from . import install_check
+    if (missing := install_check.problem()) is not None:
+        print(f"swarmbase: cannot start: {missing}", file=sys.stderr)
+        return 2
     import shutil
     if not shutil.which("node"):
         print("swarmbase: cannot start: node (20 or newer) must be on PATH; scripts run in a Node child process",

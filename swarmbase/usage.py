@@ -212,7 +212,8 @@ def tool_handler(sup: Any, caller: Any, a: dict[str, Any]) -> dict[str, Any]:
 def render_table(rep: dict[str, Any]) -> str:
     head = ("date", "caller", "engine", "model", "agents", "tokens", "cost")
     body = [(r["date"], r["caller"], r["engine"], r["model"] or "-", str(r["agents"]), f"{r['tokens']:,}",
-             money.usd(r["costUsd"]) + ("~" if r["estimated"] else "") + (f" ({r['unpriced']} no price)" if r["unpriced"] else ""))
+             money.usd(r["costUsd"]) + ("~" if r["estimated"] else "")
+             + (f" ({r['unpriced']} no price)" if r["unpriced"] else ""))
             for r in rep["rows"]]
     t = rep["totals"]
     foot = ("total", "", "", "", str(t["agents"]), f"{t['tokens']:,}", money.total(r["costUsd"] for r in rep["rows"]))

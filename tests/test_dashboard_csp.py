@@ -25,7 +25,8 @@ from .test_dashboard_browser import browser, console_errors, in_thread, wait_for
 COUNT_VIOLATIONS = """
 window.__csp = [];
 document.addEventListener('securitypolicyviolation',
-  (e) => window.__csp.push(e.effectiveDirective + ' ' + (e.blockedURI || 'inline') + ' ' + e.sourceFile + ':' + e.lineNumber));
+  (e) => window.__csp.push(e.effectiveDirective + ' ' + (e.blockedURI || 'inline') + ' '
+                           + e.sourceFile + ':' + e.lineNumber));
 """
 
 

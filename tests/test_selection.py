@@ -28,7 +28,8 @@ def test_a_05_notification_becomes_the_selection_only_when_no_request_came_in_th
     assert sel.on_notification(EMPTY_GRANT, BOTH) == selection.NO_CHANGE       # not yet
     d = sel.on_grace_over(EMPTY_GRANT)
     assert d.grant is not None and d.grant.can_push and d.grant.active_sets == {TOOLS_SET, NOTIFY_SET}
-    assert "only as a featureSets/update notification" in d.note and "active sets: swarmbase, swarmbase.notify" in d.note
+    assert "only as a featureSets/update notification" in d.note
+    assert "active sets: swarmbase, swarmbase.notify" in d.note
     # After the grace, a new notification is applied at once; a late request still wins.
     d2 = sel.on_notification(d.grant, {"enabled": [TOOLS_SET], "disabled": [NOTIFY_SET]})
     assert d2.grant is not None and not d2.grant.can_push
