@@ -1,7 +1,7 @@
 """Gathering what a page shows from the supervisor and the run store.
 
 Reads fields the core may not have yet (reserved spend, token ledgers, `workflow`,
-`priced`, `resumed_as`, `script_name`, `damaged`) with defaults, so the dashboard works
+`priced`, `resumed_as`, `damaged`) with defaults, so the dashboard works
 before and after the core's rows grow.
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmbase import fsutil
+from swarmbase.runs import naming
 
 from . import views
 from .transcript import render_transcript
@@ -21,7 +22,7 @@ from .transcript import render_transcript
 HISTORY_READS = 1_000        # agents whose records are read for the timeline's waits
 SCRIPT_SHOWN = 200_000       # bytes of a script shown on its run page
 TRANSCRIPT_TAIL = 4 << 20    # bytes of a transcript read for its agent page
-FIRST_LINES_KEPT = 4_096
+COMMENTS_KEPT = 4_096
 
 
 def tail_lines(path: Path, limit: int) -> tuple[list[Any], bool]:
@@ -55,34 +56,27 @@ def safe_json(value: Any) -> str:
 class Pages:
     def __init__(self, sup: Any) -> None:
         self.sup = sup
-        self._first_lines: OrderedDict[str, str] = OrderedDict()
+        self._comments: OrderedDict[str, str] = OrderedDict()
 
     # -- labels ---------------------------------------------------------------------
     def label(self, run: Any, disk: bool = True) -> str:
-        """The run's label, else its meta.name, else its script's first line, else its id.
-        disk=False (search) never uses the script: a search must not depend on which runs
-        happened to be shown before."""
-        if run.label:
-            return run.label
-        name = (run.meta or {}).get("name") if isinstance(run.meta, dict) else None
-        if isinstance(name, str) and name:
-            return name
-        name = getattr(run, "script_name", None)
-        if isinstance(name, str) and name:
-            return name
-        if not disk:
-            return run.id
-        line = self._first_lines.get(run.id)
-        if line is None:
-            try:
-                with open(self.sup.store.dir(run) / "script.js", "rb") as f:
-                    line = views.first_line(f.read(4096).decode("utf-8", "replace"))
-            except OSError:
-                line = ""
-            self._first_lines[run.id] = line
-            while len(self._first_lines) > FIRST_LINES_KEPT:
-                self._first_lines.popitem(last=False)
-        return line or run.id
+        """What the run is called (swarmbase.runs.naming, the rule notices and tools use).
+        A run recorded before the leading comment was kept has its script.js read for it;
+        disk=False (search) never reads: a search must not depend on which runs happened
+        to be shown before."""
+        comment = getattr(run, "script_comment", None)
+        if comment is None and disk and not run.label and naming.meta_name(run.meta) is None:
+            comment = self._comments.get(run.id)
+            if comment is None:
+                try:
+                    with open(self.sup.store.dir(run) / "script.js", "rb") as f:
+                        comment = naming.leading_comment(f.read(4096).decode("utf-8", "replace")) or ""
+                except OSError:
+                    comment = ""
+                self._comments[run.id] = comment
+                while len(self._comments) > COMMENTS_KEPT:
+                    self._comments.popitem(last=False)
+        return naming.run_name(run.label, run.meta, comment or None)
 
     # -- the run list -----------------------------------------------------------------
     def list_row(self, run: Any) -> dict[str, Any]:

@@ -3,7 +3,9 @@ rows behind it, all computed from the agent records (swarmbase.usage).
 
     register_spend(app, services)   GET /spend, GET /spend.json, GET /spend/static/spend.js
 
-Kept apart from dashboard/app.py: its own blueprint, template and script. Viewing is open
+Kept apart from dashboard/app.py: its own blueprint and script; its template extends the
+shared layout (base.html) and its styles are in app.css, since the dashboard's CSP allows
+no inline <style> (an inline block left the page unstyled: black bars). Viewing is open
 like the rest of the dashboard (the app's Host allowlist still applies). The agent records
 are read in a worker thread; the run list they come from is taken on the event loop.
 """
@@ -17,7 +19,7 @@ from typing import Any
 import trio
 from quart import Blueprint, Quart, jsonify, render_template, request, send_from_directory
 
-from swarmbase import usage
+from swarmbase import money, usage
 
 HERE = Path(__file__).resolve().parent
 ASSETS = {"spend.js"}
@@ -62,7 +64,9 @@ def register_spend(app: Quart, services: Any) -> None:
             report, error = None, str(e)
         today = dt.datetime.now(dt.timezone.utc).date().isoformat()
         return await render_template("spend.html", report=report, error=error, callers=callers,
-                                     caller=caller or "", start=start or "", end=end or "", today=today), \
+                                     caller=caller or "", start=start or "", end=end or "", today=today,
+                                     admin=False, usd=money.usd,
+                                     total=money.total(r["costUsd"] for r in report["rows"]) if report else ""), \
             (200 if error is None else 400)
 
     app.register_blueprint(bp)

@@ -1,8 +1,9 @@
 """What the run and agent pages show, computed from runs and agent rows. Pure, no I/O.
 
-Money has one rounding rule, here and in app.js alike: an amount is shown to 1/10,000 of
-a dollar, rounded half up (`usd_units`), and a total is the sum of the amounts shown beside
-it, so the per-phase and per-engine tables add up to the figure at their foot to the digit.
+Money has one rounding rule, the daemon's (swarmbase/money.py) and common.js alike: an
+amount is shown to 1/10,000 of a dollar, rounded half up (`usd_units`), and a total is the
+sum of the amounts shown beside it, so the per-phase and per-engine tables add up to the
+figure at their foot to the digit.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import math
 import time
 from typing import Any, Iterable
 
+from swarmbase import money
+
 AGENT_DEFAULTS: dict[str, Any] = {
     "label": "", "engine": "claude", "model": None, "profile": None, "state": "queued", "costUsd": 0.0,
     "estimated": False, "priced": True, "tokens": 0, "durationS": None, "replayed": False,
@@ -20,28 +23,15 @@ AGENT_DEFAULTS: dict[str, Any] = {
 }
 ENDED_STATES = ("done", "failed", "skipped", "cancelled", "interrupted")
 WHY_STATES = ("failed", "cancelled", "skipped", "interrupted")
-UNIT = 10_000                     # shown amounts are whole 1/10,000ths of a dollar
+UNIT = money.UNIT
 STATE_MARK = {"running": "●", "queued": "●", "completed": "✓", "failed": "✗", "cancelled": "⊘",
               "interrupted": "⊘"}
 
 
-def usd_units(value: Any) -> int:
-    """The amount as shown, in 1/10,000 dollars: round half up. app.js does the same."""
-    try:
-        v = float(value or 0)
-    except (TypeError, ValueError):
-        return 0
-    return math.floor(v * UNIT + 0.5) if math.isfinite(v) else 0
-
-
-def fmt_units(units: int) -> str:
-    sign = "-" if units < 0 else ""
-    units = abs(units)
-    return f"{sign}${units // UNIT}.{units % UNIT:04d}"
-
-
-def usd(value: Any) -> str:
-    return fmt_units(usd_units(value))
+# One money rule for the daemon and the pages (swarmbase/money.py; common.js mirrors it).
+usd_units = money.units
+fmt_units = money.fmt_units
+usd = money.usd
 
 
 def dur(seconds: Any) -> str:
@@ -140,12 +130,3 @@ def budget_bar(spent: float, reserved: float, budget: float) -> dict[str, Any]:
     scale = max(budget, spent + reserved, 1e-9)
     return {"spentPct": round(100 * spent / scale, 2), "reservedPct": round(100 * reserved / scale, 2),
             "over": spent > budget + 1e-9}
-
-
-def first_line(script: str, limit: int = 80) -> str:
-    """The script's first line that says something (skips blanks and bare comment markers)."""
-    for line in script.splitlines():
-        s = line.strip()
-        if s and s not in ("//", "/*", "*/", "*"):
-            return s[:limit]
-    return ""

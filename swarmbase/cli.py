@@ -15,14 +15,23 @@ from . import config, daemon, defaults
 from .statelock import LockHeld, StateLock
 
 
-def _serve() -> int:
+def _serve(port: int | None = None) -> int:
     path = config.config_path()
     if not path.exists():
-        print(defaults.write_default(path), file=sys.stderr, flush=True)
+        print(defaults.write_default(path, port or defaults.DEFAULT_PORT), file=sys.stderr, flush=True)
     try:
         cfg = config.load(path)
     except config.ConfigError as e:
         print(f"swarmbase: bad config: {e}", file=sys.stderr)
+        return 2
+    if port is not None and port != cfg.port:
+        # One place says the port: the client and add-caller read it from the config too.
+        print(f"swarmbase: --port {port} differs from the port in {path} ({cfg.port}); --port only chooses the "
+              f"port of a first start: change \"port\" in the config instead", file=sys.stderr)
+        return 2
+    from . import install_check
+    if (missing := install_check.problem()) is not None:
+        print(f"swarmbase: cannot start: {missing}", file=sys.stderr)
         return 2
     import shutil
     if not shutil.which("node"):
@@ -93,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="run the daemon (the default)")
     serve.add_argument("--syslog", action="store_true",
                        help="also log to the system log (the unified log on macOS, the journal on Linux)")
+    for p in (parser, serve):
+        p.add_argument("--port", type=_port, default=argparse.SUPPRESS,
+                       help="the port a first start writes into the config (default 7360)")
     add = sub.add_parser("add-caller", help="create a caller's token and key file and add it to the config")
     add.add_argument("name")
     sub.add_parser("check-config", help="validate the config and exit")
@@ -107,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     usage.add_argument("--caller", metavar="NAME", help="only this caller")
     usage.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
+    if hasattr(args, "port") and args.cmd not in (None, "serve"):
+        parser.error("--port is for starting the daemon (serve), not for " + args.cmd)
     if args.cmd == "audit":
         from .audit.render import audit_command
         return audit_command(config.config_path().parent, args.run_id, args.json)
@@ -133,4 +147,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print("swarmbase: config ok")
         return 0
-    return _serve()
+    return _serve(getattr(args, "port", None))
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (1-65535)")
+    return port

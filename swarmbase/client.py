@@ -4,8 +4,11 @@
 
 Reads the caller's token from <state dir>/mcpl-<caller>.token, plays the MCPL 0.5 host
 sequence (initialize id 0 → notifications/initialized → featureSets/update → tools/call)
-and prints the tool result. With --wait it stays connected until the end notice of the
-run it started (or named by runId) arrives, printing every notice it accepts meanwhile.
+and prints the tool result's text (what a host shows its model: the guide as text, other
+results as JSON). Without --wait it selects only the tools set, so the daemon pushes it no
+notices and the caller's queued ones stay queued for its real host. With --wait it also
+selects swarmbase.notify and stays connected until the end notice of the run it started
+(or named by runId) arrives, printing every notice it accepts meanwhile.
 """
 
 from __future__ import annotations
@@ -106,7 +109,9 @@ class HostClient:
         await self.ws.send_message(json.dumps(msg))
 
     async def handshake(self, mcpl_version: str | None = "0.5", grant: bool = True,
-                        client_name: str = "swarmbase-client") -> dict[str, Any]:
+                        client_name: str = "swarmbase-client", notices: bool = True) -> dict[str, Any]:
+        """`notices=False` selects the tools set only: nothing is pushed to this host."""
+        sets = ["swarmbase", "swarmbase.notify"] if notices else ["swarmbase"]
         caps: dict[str, Any] = {}
         if mcpl_version is not None:
             caps = {"experimental": {"mcpl": {"version": mcpl_version, "pushEvents": True, "featureSets": True}}}
@@ -116,10 +121,10 @@ class HostClient:
         if mcpl_version is not None and grant:
             if tuple(int(p) for p in mcpl_version.split(".")) >= (0, 5):
                 self.receipt = await self.request("featureSets/update", {
-                    "effectiveCapabilities": ["pushEvents", "tools"], "deniedCapabilities": [],
-                    "enabled": ["swarmbase", "swarmbase.notify"], "disabled": []})
+                    "effectiveCapabilities": ["pushEvents", "tools"] if notices else ["tools"],
+                    "deniedCapabilities": [], "enabled": sets, "disabled": []})
             else:
-                await self.notify("featureSets/update", {"enabled": ["swarmbase", "swarmbase.notify"]})
+                await self.notify("featureSets/update", {"enabled": sets})
         return init
 
     async def tool(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -132,6 +137,15 @@ class HostClient:
                 raise ConnectionError("connection closed before the notice arrived")
             await self._new_notice.wait()
         return self.seen[event_id]
+
+
+def result_text(result: dict[str, Any]) -> str:
+    """A tools/call result as a person reads it: its text blocks (the guide is text, the
+    other tools' text is their JSON)."""
+    texts = [b["text"] for b in result.get("content") or [] if isinstance(b, dict) and b.get("type") == "text"]
+    if texts:
+        return "\n".join(texts).rstrip("\n")
+    return json.dumps(result.get("structuredContent", result), indent=1, ensure_ascii=False)
 
 
 @asynccontextmanager
@@ -164,13 +178,14 @@ async def _main(args: argparse.Namespace) -> int:
     url = f"ws://127.0.0.1:{cfg.port}/mcpl"
     out = Output(sys.stdout)
     async with connect(url, token) as host:
-        await host.handshake()
+        # A one-shot call must not take (and acknowledge) notices queued for the caller's host.
+        await host.handshake(notices=args.wait)
         try:
             result = await host.tool(args.tool, arguments)
         except RpcFailure as e:
             print(f"swarmbase.client: {e}", file=sys.stderr)
             return 1
-        out.print(json.dumps(result.get("structuredContent", result), indent=1))
+        out.print(result_text(result))
         if result.get("isError"):
             return 1
         if args.wait:

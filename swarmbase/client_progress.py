@@ -12,6 +12,8 @@ from typing import Any, AsyncIterable, Awaitable, Callable, TextIO
 
 import trio
 
+from .money import usd
+
 
 def progress_line(st: dict[str, Any]) -> str:
     """One line from a `status` result. Fields the daemon may not send yet are optional."""
@@ -21,13 +23,13 @@ def progress_line(st: dict[str, Any]) -> str:
     if agents.get("running"):
         line += f" ({agents['running']} running)"
     parts.append(line)
-    spend = f"${float(st.get('spentUsd') or 0):.2f}"
+    spend = usd(st.get('spentUsd'))
     if st.get("spentEstimated"):
         spend += " (est.)"
     reserved = float(st.get("reservedUsd") or 0)
     if reserved:
-        spend += f" + ${reserved:.2f} reserved"
-    parts.append(f"{spend} of ${float(st.get('budgetUsd') or 0):.2f}")
+        spend += f" + {usd(reserved)} reserved"
+    parts.append(f"{spend} of {usd(st.get('budgetUsd'))}")
     phases = st.get("phases") or []
     if phases and isinstance(phases[-1], dict) and phases[-1].get("title"):
         parts.append(f"phase: {phases[-1]['title']}")

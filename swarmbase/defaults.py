@@ -15,6 +15,9 @@ from . import fsutil, jsonc
 from .config import ConfigError
 
 DEFAULT_PORT = 7360
+# What to do when no agent CLI was found (the first start, and agent() without an engine).
+NO_ENGINE_FIX = ('install Claude Code (npm install -g @anthropic-ai/claude-code), add "engines": {"claude": {}} '
+                 "to the daemon's config and restart the daemon")
 
 
 def _new_token_file(state_dir: Path, name: str) -> tuple[Path, str]:
@@ -34,9 +37,12 @@ def _found_engines() -> dict[str, Any]:
     return engines
 
 
-def write_default(path: Path) -> str:
-    """Write a first config: port 7360, caller `local` with a fresh token, engines for
-    the CLIs found on PATH. Returns the message to print."""
+def write_default(path: Path, port: int = DEFAULT_PORT) -> str:
+    """Write a first config: the port (7360 unless chosen with --port), caller `local` with
+    a fresh token, engines for the CLIs found on PATH. Returns the message to print.
+
+    The caller lists no `engines` of its own (default: every configured engine), so
+    adding an engine to the config later is all it takes to give `local` agents."""
     state = path.parent
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     token_path, digest = _new_token_file(state, "local")
@@ -44,21 +50,20 @@ def write_default(path: Path) -> str:
     # The sandbox needs bubblewrap; without it the daemon still starts, unconfined (see README).
     sandbox = "bwrap" if shutil.which("bwrap") else "none"
     cfg = {
-        "port": DEFAULT_PORT,
+        "port": port,
         "sandbox": sandbox,
         "engines": engines,
-        "callers": [{"name": "local", "tokenSha256": digest, "engines": sorted(engines),
-                     "maxProfile": "read"}],
+        "callers": [{"name": "local", "tokenSha256": digest, "maxProfile": "read"}],
     }
     fsutil.write_json(path, cfg)
-    found = ", ".join(sorted(engines)) or "none (install claude and restart to enable agents)"
+    found = ", ".join(sorted(engines)) or f"none: {NO_ENGINE_FIX} ({path})"
     sandbox_note = "" if sandbox == "bwrap" else (
         "swarmbase: bubblewrap is not installed: agents and scripts run without the sandbox "
         "(apt-get install bubblewrap, then set \"sandbox\": \"bwrap\")\n")
     return (f"swarmbase: wrote a first config to {path}\n{sandbox_note}"
             f"swarmbase: caller 'local' token is in {token_path} (mode 0600)\n"
             f"swarmbase: engines found on PATH: {found}\n"
-            f"swarmbase: connect an MCPL host to ws://127.0.0.1:{DEFAULT_PORT}/mcpl?token=<contents of {token_path.name}>")
+            f"swarmbase: connect an MCPL host to ws://127.0.0.1:{port}/mcpl?token=<contents of {token_path.name}>")
 
 
 def add_caller(path: Path, name: str) -> str:

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from .mcpl.features import NOTIFY_SET
+from .money import usd
 from .runs.model import Run, iso
 
 PREVIEW_CHARS = 400
@@ -25,9 +26,9 @@ def budget_warning_id(run_id: str) -> str:
 
 
 def notice_text(run: Run, result_preview: str | None, url: str | None = None) -> str:
-    spend = f"${run.spent_usd:.2f}" + (" (estimated)" if run.spent_estimated else "")
+    spend = usd(run.spent_usd) + (" (estimated)" if run.spent_estimated else "")
     agents = f"{run.agents_total} agent{'s' if run.agents_total != 1 else ''}"
-    head = f"Run {run.display_label} ({run.id}) {run.status}: {agents}, {spend} of ${run.budget_usd:.2f}."
+    head = f"Run {run.display_label} ({run.id}) {run.status}: {agents}, {spend} of {usd(run.budget_usd)}."
     if url:
         head += f"\nDashboard: {url}"
     if run.status == "completed":
@@ -67,8 +68,8 @@ def build_budget_warning(run: Run, spent: float, reserved: float, budget: float,
     threshold, so the resident can cancel before the ceiling."""
     used = spent + reserved
     share = f" ({used / budget:.0%})" if budget > 0 else ""
-    text = (f"Run {run.display_label} ({run.id}) has spent ${spent:.2f} (+ ${reserved:.2f} reserved for "
-            f"agents in flight) of its ${budget:.2f} budget{share}. It stops at the budget; cancel it now "
+    text = (f"Run {run.display_label} ({run.id}) has spent {usd(spent)} (+ {usd(reserved)} reserved for "
+            f"agents in flight) of its {usd(budget)} budget{share}. It stops at the budget; cancel it now "
             f"if the rest is not worth it.")
     if url:
         text += f"\nDashboard: {url}"

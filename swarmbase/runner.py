@@ -35,7 +35,16 @@ from .launch.spec import LaunchSpec
 from .procs import group_process
 from .spawn import Limits
 
-SANDBOX_DIR = Path(__file__).resolve().parent.parent / "sandbox"
+def sandbox_dir(package: Path = Path(__file__).resolve().parent) -> Path:
+    """Where runner.mjs and its modules are: inside the package when installed from a wheel
+    (pyproject.toml maps sandbox/ to swarmbase/_sandbox/), else the checkout's sandbox/
+    beside the package (editable installs, PYTHONPATH). Only files are looked at, never
+    the import system: an editable install's finder would point at its own checkout."""
+    packaged = package / "_sandbox"
+    return packaged if (packaged / "runner.mjs").is_file() else package.parent / "sandbox"
+
+
+SANDBOX_DIR = sandbox_dir()
 RUNNER = SANDBOX_DIR / "runner.mjs"
 XCPU_CODES = (-signal.SIGXCPU, 128 + signal.SIGXCPU)   # killed by RLIMIT_CPU (directly, or under bwrap)
 

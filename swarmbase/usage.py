@@ -19,6 +19,7 @@ from typing import Any, Iterable, TextIO
 
 import attrs
 
+from . import money
 from .audit.rundirs import agent_records, read_json
 from .audit.tree import token_detail
 
@@ -209,12 +210,13 @@ def tool_handler(sup: Any, caller: Any, a: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_table(rep: dict[str, Any]) -> str:
-    head = ("date", "caller", "engine", "model", "agents", "tokens", "cost USD")
+    head = ("date", "caller", "engine", "model", "agents", "tokens", "cost")
     body = [(r["date"], r["caller"], r["engine"], r["model"] or "-", str(r["agents"]), f"{r['tokens']:,}",
-             f"{r['costUsd']:.6f}" + ("~" if r["estimated"] else "") + (f" ({r['unpriced']} no price)" if r["unpriced"] else ""))
+             money.usd(r["costUsd"]) + ("~" if r["estimated"] else "")
+             + (f" ({r['unpriced']} no price)" if r["unpriced"] else ""))
             for r in rep["rows"]]
     t = rep["totals"]
-    foot = ("total", "", "", "", str(t["agents"]), f"{t['tokens']:,}", f"{t['costUsd']:.6f}")
+    foot = ("total", "", "", "", str(t["agents"]), f"{t['tokens']:,}", money.total(r["costUsd"] for r in rep["rows"]))
     widths = [max(len(row[i]) for row in [head, *body, foot]) for i in range(len(head))]
 
     def fmt(row: tuple[str, ...]) -> str:

@@ -22,10 +22,14 @@ class CliDaemon:
 
 
 @asynccontextmanager
-async def cli_daemon(cfg_path: Path) -> AsyncIterator[CliDaemon]:
-    with trio.fail_after(60):
-        proc, ws = await start_cli_daemon(cfg_path)
-    d = CliDaemon(proc, ws, bytearray())
+async def cli_daemon(cfg_path: Path, env: dict[str, str] | None = None, argv: list[str] | None = None,
+                     cwd: Path | None = None) -> AsyncIterator[CliDaemon]:
+    """The daemon until the block ends (then SIGTERM, then kill); `stderr` holds all it
+    printed, start-up included."""
+    startup: list[str] = []
+    with trio.fail_after(120):
+        proc, ws = await start_cli_daemon(cfg_path, env, startup, argv, cwd)
+    d = CliDaemon(proc, ws, bytearray(startup[0].encode()))
     try:
         async with trio.open_nursery() as n:
             async def drain() -> None:

@@ -183,11 +183,13 @@ def agent_json(env: Env, run: Any, n: int) -> dict[str, Any]:
 
 
 async def start_cli_daemon(cfg_path: Path, env: dict[str, str] | None = None,
-                           startup: list[str] | None = None) -> tuple[trio.Process, str]:
-    """`python -m swarmbase` on this config; returns the process and its MCPL URL. What it
-    printed up to "listening" is appended to `startup` if given."""
+                           startup: list[str] | None = None, argv: list[str] | None = None,
+                           cwd: Path | None = None) -> tuple[trio.Process, str]:
+    """`python -m swarmbase` (or `argv`) on this config; returns the process and its MCPL
+    URL. What it printed up to "listening" is appended to `startup` if given."""
     env = dict(env or os.environ, SWARMBASE_CONFIG=str(cfg_path))
-    proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=env, stderr=subprocess.PIPE)
+    proc = await trio.lowlevel.open_process(argv or [sys.executable, "-m", "swarmbase"], env=env, cwd=cwd,
+                                            stderr=subprocess.PIPE)
     buf = b""
     while b"listening on" not in buf:
         chunk = await proc.stderr.receive_some(4096)

@@ -17,7 +17,8 @@ T0 = 1_780_000_000.0        # 2026-05-28
 
 def generate(state: Path, n: int, seed: int = 3) -> list[Run]:
     """n ended runs, one a minute from T0; a third labelled, a third with meta.name, a third
-    with neither (their label is the script's first line)."""
+    with neither (named after the script's leading comment, read from script.js: their
+    records are as old ones were, without scriptComment)."""
     rng = random.Random(seed)
     root = state / "runs"
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -43,4 +44,4 @@ def generate(state: Path, n: int, seed: int = 3) -> list[Run]:
 
 
 def expected_label(run: Run, i: int) -> str:
-    return run.label or (run.meta or {}).get("name") or f"// triage issue {i}"
+    return run.label or (run.meta or {}).get("name") or f"triage issue {i}"

@@ -56,10 +56,10 @@ def test_progress_line_reads_what_status_has() -> None:
     st = {"runId": "run_1", "status": "running", "agents": {"done": 1, "total": 3, "running": 2},
           "spentUsd": 0.4213, "spentEstimated": True, "reservedUsd": 0.5, "budgetUsd": 5,
           "phases": [{"title": "a"}, {"title": "review"}]}
-    assert progress_line(st) == ("run_1 running · agents 1/3 done (2 running) · $0.42 (est.) + $0.50 reserved "
-                                 "of $5.00 · phase: review")
+    assert progress_line(st) == ("run_1 running · agents 1/3 done (2 running) · $0.4213 (est.) + $0.5000 reserved "
+                                 "of $5.0000 · phase: review")
     assert progress_line({"runId": "run_2", "status": "queued", "budgetUsd": 1}) == (
-        "run_2 queued · agents 0/0 done · $0.00 of $1.00")
+        "run_2 queued · agents 0/0 done · $0.0000 of $1.0000")
 
 
 @pytest.mark.timeout(90)
@@ -94,7 +94,7 @@ async def test_wait_into_a_pipe_prints_one_line_per_change(tmp_path: Path, nurse
     assert "\r" not in text and "\x1b" not in text
     assert any("agents 0/1 done" in ln and "phase: first" in ln for ln in progress), progress
     assert any("phase: second" in ln for ln in progress), progress
-    assert "completed · agents 3/3 done" in progress[-1] and "$0.03 of $5.00" in progress[-1]
+    assert "completed · agents 3/3 done" in progress[-1] and "$0.0300 of $5.0000" in progress[-1]
     assert '"swarmbase:completed"' in text
 
 

@@ -58,7 +58,7 @@ async def test_ten_thousand_runs_paged_searched_filtered(tmp_path: Path, nursery
         assert seen == newest_first and pages == -(-N // 150)
         first = (await c.get("/")).text
         assert "10,000 in all" in first
-        # Labels: the label, else meta.name, else the script's first line; never a wall of ids.
+        # Labels: the label, else meta.name, else the script's leading comment; never a wall of ids.
         for i in (N - 1, N - 2, N - 3):
             assert f">{gen_runs.expected_label(runs[i], i)}</a>" in first
 

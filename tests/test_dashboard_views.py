@@ -40,7 +40,7 @@ def test_rows_from_older_cores_get_every_field() -> None:
     assert row["tokens"] == 5 and row["phase"] == "main" and row["workflow"] == "" and row["priced"] is True
 
 
-def test_segments_titles_bars_and_first_lines() -> None:
+def test_segments_titles_and_bars() -> None:
     hist = [{"state": "queued", "at": "2026-01-02T03:04:05.250Z"}, {"state": "waiting-budget", "at": "2026-01-02T03:04:06Z"},
             {"state": "running", "at": "2026-01-02T03:04:07.500Z"}, {"state": "done", "at": "bogus"}]
     base = calendar.timegm((2026, 1, 2, 3, 4, 5, 0, 0, 0))
@@ -50,7 +50,6 @@ def test_segments_titles_bars_and_first_lines() -> None:
     bar = views.budget_bar(6.0, 1.0, 5.0)
     assert bar["over"] and bar["spentPct"] + bar["reservedPct"] == pytest.approx(100)
     assert views.budget_bar(1.0, 1.0, 4.0) == {"spentPct": 25.0, "reservedPct": 25.0, "over": False}
-    assert views.first_line("\n\n// \n  // fan out the review\nawait agent('x')") == "// fan out the review"
     assert views.dur(4.25) == "4.2s" and views.dur(187) == "3m07s" and views.dur(7500) == "2h05m" and views.dur(None) == ""
 
 

@@ -13,7 +13,7 @@ import trio
 from swarmbase import config
 from swarmbase.client import connect
 from swarmbase.mcpl import features
-from swarmbase.mcpl import session as session_mod
+from swarmbase.mcpl import selection
 from swarmbase.runner import RunnerLimits
 
 from .conftest import Env, run_to_end, start_daemon, write_config
@@ -62,7 +62,7 @@ async def test_agent_framework_like_host_gets_every_notice_first_try(running: En
 
 async def test_harness_like_host_crashes_on_objects_so_it_gets_arrays(running: Env,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(session_mod, "LEGACY_GRANT_GRACE_S", 0.3)   # the host never sends featureSets/update
+    monkeypatch.setattr(selection, "PRE_05_GRACE_S", 0.3)   # the host never sends featureSets/update
     with trio.fail_after(30):
         # What the harness does with the object form: it dies. (Shown by a harness that
         # calls itself agent-framework, so the daemon sends it objects.)

@@ -21,7 +21,7 @@ def test_budget_warning_names_spend_budget_and_link() -> None:
     assert p["tags"] == ["swarmbase:budget-warning"]
     assert all(t in TAG_ONTOLOGY["tags"] for t in p["tags"])          # every tag it carries is declared
     text = p["payload"]["content"][0]["text"]
-    assert "spent $3.20" in text and "$0.90 reserved" in text and "$5.00 budget (82%)" in text
+    assert "spent $3.2000" in text and "$0.9000 reserved" in text and "$5.0000 budget (82%)" in text
     assert "nightly" in text and url in text and "cancel" in text
     assert p["timestamp"] == "1970-01-01T00:00:00.000Z"
 

@@ -61,7 +61,7 @@ async def test_notice_reaches_connected_host_exactly(running: Env) -> None:
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", n["timestamp"])
     [block] = n["payload"]["content"]
     assert block["type"] == "text"
-    assert block["text"].startswith(f"Run notice test ({run_id}) completed: 0 agents, $0.00 of $5.00.")
+    assert block["text"].startswith(f"Run notice test ({run_id}) completed: 0 agents, $0.0000 of $5.0000.")
     assert '"answer": 42' in block["text"]
     # Accepted notices leave the outbox.
     assert running.services.outbox.pending("alice") == []

@@ -186,7 +186,7 @@ async def test_budget_warning_goes_out_exactly_once(tmp_path: Path, nursery: tri
     assert run.status == "completed", run.error
     warnings = [n for n in env.services.outbox.pending("alice") if n["eventId"] == f"{run.id}:budget-warning"]
     assert len(warnings) == 1 and warnings[0]["tags"] == ["swarmbase:budget-warning"]
-    assert "of its $2.00 budget" in warnings[0]["payload"]["content"][0]["text"]
+    assert "of its $2.0000 budget" in warnings[0]["payload"]["content"][0]["text"]
     log = [e["message"] for e in env.services.supervisor.recent_log(run, 50)]
     assert sum("budget warning" in m for m in log) == 1
 

@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from swarmbase import config, daemon, usage
+from swarmbase import config, daemon, money, usage
 from swarmbase.prices import Tokens
 
 from .audit_runs import AgentSpec, run_dir, write_run
@@ -136,7 +137,10 @@ def test_cli_table_and_json(state: Path) -> None:
     assert usage.usage_command(state, "2026-01-01", "2026-03-31", None, False, out) == 0
     table = out.getvalue()
     assert "2026-03-15  alice   codex" in table and "(1 no price)" in table and "total" in table
-    assert f"{sum_of_records(state, '2026-01-01', '2026-03-31')['costUsd']:.6f}" in table.splitlines()[-1]
+    # Money at the one precision ($0.0001, half up); the foot is the sum of the rows shown.
+    assert money.usd(sum_of_records(state, '2026-01-01', '2026-03-31')['costUsd']) in table.splitlines()[-1]
+    shown = [line.split()[-1].rstrip("~") for line in table.splitlines()[2:-1] if "no price" not in line]
+    assert all(re.fullmatch(r"\$\d+\.\d{4}", amount) for amount in shown), shown
     err = io.StringIO()
     assert usage.usage_command(state, "nope", None, None, False, io.StringIO(), err) == 2
     assert "not a date" in err.getvalue()

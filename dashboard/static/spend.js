@@ -36,18 +36,22 @@
     return out;
   }
 
+  // Money by the dashboard's one rule (common.js SB.usd: $0.0001, half up).
   function label(metric, v) {
-    return metric === "costUsd" ? "$" + v.toFixed(v >= 1 ? 2 : 4) : Math.round(v).toLocaleString("en-US");
+    return metric === "costUsd" ? SB.usd(v) : Math.round(v).toLocaleString("en-US");
   }
 
   function chart(caller, perDay, all, metric) {
     const max = Math.max(0, ...all.map((d) => (perDay.get(d) || {})[metric] || 0));
-    const total = all.reduce((s, d) => s + ((perDay.get(d) || {})[metric] || 0), 0);
+    // A caller's total is the sum of the daily amounts as shown.
+    const total = metric === "costUsd"
+      ? SB.fmtUnits(all.reduce((s, d) => s + SB.usdUnits((perDay.get(d) || {}).costUsd), 0))
+      : label(metric, all.reduce((s, d) => s + ((perDay.get(d) || {})[metric] || 0), 0));
     const fig = document.createElement("figure");
     fig.className = "spend-chart";
     fig.dataset.caller = caller;
     const h = document.createElement("h3");
-    h.textContent = caller + " · " + label(metric, total);
+    h.textContent = caller + " · " + total;
     fig.append(h);
     const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img",
                            "aria-label": `daily ${metric === "costUsd" ? "spend" : "tokens"} of ${caller}` });
@@ -62,7 +66,7 @@
       const bh = Math.max(1, (v[metric] / max) * plotH);
       const rect = svg("rect", { class: "bar" + (v.estimated ? " est" : ""), x: PAD_L + i * step + step * 0.1,
                                  y: PAD_T + plotH - bh, width: Math.max(1, step * 0.8), height: bh, "data-date": d });
-      rect.append(svg("title", null, `${d}: $${v.costUsd.toFixed(6)}${v.estimated ? " (est.)" : ""}, ` +
+      rect.append(svg("title", null, `${d}: ${SB.usd(v.costUsd)}${v.estimated ? " (est.)" : ""}, ` +
                                      `${v.tokens.toLocaleString("en-US")} tokens, ${v.agents} agents`));
       s.append(rect);
     });

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import money
 from .rundirs import RunIndex
 from .tree import AgentNode, AuditTree, RunNode, WorkflowNode, build
 
@@ -23,7 +24,7 @@ def iso(t: Any) -> str:
 def usd(a: AgentNode) -> str:
     if not a.priced and a.cost_usd == 0:
         return "no price"
-    return f"${a.cost_usd:.6f}" + (" (est.)" if a.estimated else "")
+    return money.usd(a.cost_usd) + (" (est.)" if a.estimated else "")
 
 
 def outcome(a: AgentNode) -> str:
@@ -63,7 +64,7 @@ def _run_lines(r: RunNode, indent: str, out: list[str]) -> None:
     spent = f.get("spentUsd")
     out.append(f"{indent}run {r.run_id}{label}  [{r.relation}]  {f.get('status')}  caller {f.get('caller')}  "
                f"created {iso(f.get('createdAt'))}  ended {iso(f.get('endedAt'))}  "
-               f"spent ${spent if isinstance(spent, (int, float)) else 0:.6f}  — {_verdict_text(r)}")
+               f"spent {money.usd(spent if isinstance(spent, (int, float)) else 0)}  — {_verdict_text(r)}")
     out.append(f"{indent}  dir {r.dir}" + (f"  resumed from {f['resumedFrom']}" if f.get("resumedFrom") else ""))
     for note in r.verdict.notes:
         out.append(f"{indent}  note: {note}")
@@ -78,10 +79,10 @@ def render_text(tree: AuditTree) -> str:
         _run_lines(r, "", out)
     out.append("totals by depth")
     for depth, t in tree.totals_by_depth().items():
-        out.append(f"  depth {depth}: {t['agents']} agents  {t['tokens']:,} tokens  ${t['costUsd']:.6f}  "
+        out.append(f"  depth {depth}: {t['agents']} agents  {t['tokens']:,} tokens  {money.usd(t['costUsd'])}  "
                    f"{t['durationS']:.1f}s agent time")
     t = tree.totals()
-    out.append(f"  all:     {t['agents']} agents  {t['tokens']:,} tokens  ${t['costUsd']:.6f}  "
+    out.append(f"  all:     {t['agents']} agents  {t['tokens']:,} tokens  {money.usd(t['costUsd'])}  "
                f"{t['durationS']:.1f}s agent time")
     brk = tree.first_break()
     if brk is not None:

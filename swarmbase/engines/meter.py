@@ -27,6 +27,7 @@ import httpx
 import trio
 
 from ..config import PriceRow
+from .. import money
 from ..prices import Tokens, cost
 
 log = logging.getLogger("swarmbase.meter")
@@ -96,7 +97,7 @@ class MeterAgent:
         if self.max_usd is not None and self.price is not None:
             spend = self.cost(total)
             if spend > self.max_usd:
-                return f"meter: USD cap of ${self.max_usd:.2f} crossed (${spend:.4f})"
+                return f"meter: USD cap of {money.usd(self.max_usd)} crossed ({money.usd(spend)})"
         return None
 
     def close_relays(self) -> None:

@@ -2,8 +2,9 @@
 
 The read loop never blocks on our own requests: push/event answers come back through
 it and are matched to waiting senders by id. Notices are pushed only after a 0.5 host's
-featureSets/update Request was answered (older hosts: after their Notification, or a
-grace period), and leave the outbox only when accepted or duplicate.
+featureSets/update Request was answered (older hosts, and a 0.5 host that only ever
+notifies: after their Notification, or a grace period; selection.py), and leave the outbox
+only when accepted or duplicate.
 """
 
 from __future__ import annotations
@@ -21,14 +22,13 @@ from .. import __version__
 from ..config import Caller, Config
 from ..outbox import Outbox
 from ..runs.supervisor import Supervisor
-from . import features, jsonrpc, tools
+from . import features, jsonrpc, selection, tool_docs, tools
 from .delivery import PUSH_TIMEOUT_S, Delivery  # noqa: F401  (PUSH_TIMEOUT_S re-exported)
 from .jsonrpc import Invalid, Notification, Request, Response, RpcError
 
 log = logging.getLogger("swarmbase.mcpl")
 
 PROTOCOL_VERSION = "2024-11-05"
-LEGACY_GRANT_GRACE_S = 20.0
 UNAUTH_CLOSE_AFTER_S = 10.0
 CLOSE_UNAUTHORIZED = 4001
 CLOSE_REPLACED = 4000
@@ -95,6 +95,7 @@ class Session:
         self.mcpl_version: str | None = None   # None: a plain MCP client
         self.client_name: str | None = None
         self.grant = features.EMPTY_GRANT
+        self.selection: selection.Selection | None = None   # set at initialize for an MCPL host
         self.grant_changed = trio.Event()
         self._next_id = 0
         self._waiting: dict[int, trio.MemorySendChannel[Response]] = {}
@@ -204,15 +205,16 @@ class Session:
                                         f"under ref {ref}")))
 
     def _on_notification(self, msg: Notification, nursery: trio.Nursery) -> None:
-        if msg.method == "featureSets/update":
-            if self.mcpl_version is None:
-                return
-            if features.is_05_or_later(self.mcpl_version):
-                # Never a grant in 0.5: only `disabled` applies.
-                self._set_grant(features.disable_only(self.grant, msg.params))
-            else:
-                self._set_grant(features.legacy_selection(msg.params))
+        if msg.method == "featureSets/update" and self.selection is not None:
+            self._apply(self.selection.on_notification(self.grant, msg.params))
         # notifications/initialized, notifications/cancelled and unknown ones need no answer.
+
+    def _apply(self, decision: selection.Decision) -> None:
+        if decision.grant is not None:
+            self._set_grant(decision.grant)
+        if decision.note and self.caller is not None \
+                and self.hub.first_report(("selection", self.caller.name, self.client_name, decision.note)):
+            log.warning("caller %s (host %s): %s", self.caller.name, self.client_name or "unnamed", decision.note)
 
     def _handle(self, req: Request, nursery: trio.Nursery) -> Any:
         m = req.method
@@ -221,10 +223,10 @@ class Session:
         if m == "ping":
             return {}
         if m == "featureSets/update":
-            if self.mcpl_version is None:
+            if self.selection is None:
                 raise RpcError(jsonrpc.METHOD_NOT_FOUND, "method not found: featureSets/update (not an MCPL session)")
             try:
-                grant, receipt = features.apply_update(req.params)
+                grant, receipt = self.selection.on_request(req.params)
             except features.GrantError as e:
                 self._set_grant(features.EMPTY_GRANT)
                 raise RpcError(jsonrpc.INVALID_PARAMS, f"invalid params: {e}") from None
@@ -234,7 +236,8 @@ class Session:
             if not self.initialized:
                 raise RpcError(jsonrpc.INVALID_REQUEST, "invalid request: send initialize first")
             if m == "tools/list":
-                return {"tools": tools.TOOLS}
+                assert self.caller is not None
+                return {"tools": tool_docs.for_caller(tools.TOOLS, self.caller, self.sup.cfg)}
             assert self.caller is not None
             return tools.call(self.sup, self.caller, req.params)
         raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {m}")
@@ -258,12 +261,14 @@ class Session:
             result["capabilities"]["experimental"] = {"mcpl": {
                 "version": "0.5", "pushEvents": True,
                 "featureSets": features.declarations_for(self.mcpl_version, self.client_name)}}
-            if not features.is_05_or_later(self.mcpl_version) and mcpl.get("pushEvents"):
-                nursery.start_soon(self._legacy_grace)
+            self.selection = selection.Selection(self.mcpl_version, bool(mcpl.get("pushEvents")))
+            if self.selection.grace_s is not None:
+                nursery.start_soon(self._grace, self.selection, self.selection.grace_s)
         return result
 
-    async def _legacy_grace(self) -> None:
-        """Pre-0.5 hosts may never send featureSets/update: assume the selection after a grace period."""
-        await trio.sleep(LEGACY_GRANT_GRACE_S)
-        if self.grant is features.EMPTY_GRANT:
-            self._set_grant(features.legacy_selection({}))
+    async def _grace(self, sel: selection.Selection, seconds: float) -> None:
+        """Some hosts never send a featureSets/update Request: decide what to assume once
+        the grace period is over (selection.py)."""
+        await trio.sleep(seconds)
+        if sel is self.selection:
+            self._apply(sel.on_grace_over(self.grant))

@@ -250,11 +250,12 @@ HANDLERS: dict[str, Callable[[Supervisor, Caller, dict[str, Any]], dict[str, Any
 
 
 def render(name: str, value: dict[str, Any]) -> str:
-    """The text rendering beside structuredContent, for hosts that show only text."""
+    """The text beside structuredContent, usable on its own: 0.4 hosts drop
+    structuredContent. Every tool's text is the JSON of its value but guide's (the
+    reference itself) and result's (the page of the return value's JSON text, with where to
+    read on)."""
     if name == "guide":
         return value["text"]
-    if name == "usage":
-        return usage.render_table(value)
     if name == "result":
         more = f"\n[{value['nextOffset']} of {value['totalChars']} chars shown; call result with offset " \
                f"{value['nextOffset']} for more]" if value["nextOffset"] is not None else ""

@@ -14,6 +14,7 @@ import attrs
 import jsonschema
 
 from ..config import ENGINES, PLACEMENTS, PROFILES, Caller, Config
+from ..defaults import NO_ENGINE_FIX
 from . import journal
 from .model import Run
 
@@ -110,6 +111,10 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     if unknown:
         raise OptionError(f"agent(): unknown option {str(unknown[0])[:100]!r} (known: {', '.join(KNOWN)})")
     engine = opts.get("engine", "claude")
+    if all(getattr(cfg.engines, e) is None for e in ENGINES):
+        # Said first: "engine 'claude' is not allowed (allowed: none)" sent people to the
+        # caller's list when the daemon has no agent CLI at all.
+        raise OptionError(f"agent(): no agent CLI was found on this daemon; {NO_ENGINE_FIX}")
     if engine not in ENGINES:
         raise OptionError(f"agent(): opts.engine must be one of {', '.join(ENGINES)}, got {str(engine)[:100]!r}")
     if engine not in (caller.engines or []):

@@ -12,6 +12,8 @@ from collections import deque
 import attrs
 import trio
 
+from .. import money
+
 MIN_USD = 0.03
 EPS = 1e-9
 
@@ -97,8 +99,8 @@ class BudgetGate:
     def _spent_message(self) -> str:
         lg = self.ledger
         if self.what == "USD":
-            return (f"the run's budget is spent: ${lg.spent:.2f} of ${lg.total:.2f} used, "
-                    f"less than ${lg.minimum:.2f} left for another agent")
+            return (f"the run's budget is spent: {money.usd(lg.spent)} of {money.usd(lg.total)} used, "
+                    f"less than {money.usd(lg.minimum)} left for another agent")
         return (f"the run's token budget is spent: {lg.spent:,.0f} of {lg.total:,.0f} tokens used")
 
     def _wake(self) -> None:

@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import attrs
 
+from .naming import run_name
+
 RUN_ID = re.compile(r"^run_[0-9a-f]{12}$")
 ACTIVE = ("queued", "running")
 TERMINAL = ("completed", "failed", "cancelled", "interrupted")
@@ -92,7 +94,7 @@ class Run:
     spent_tokens: int = 0
     timeout_ms: Optional[int] = None
     budget_warn_at: Optional[float] = None
-    script_line: Optional[str] = None     # the script's first non-empty line (a label of last resort)
+    script_comment: Optional[str] = None  # the script's leading // comment line (naming.leading_comment)
     # The hash-chain link (swarmbase.audit.chain.run_link, set at start) and the sealed end
     # record (set once when the run ends): compact JSON text, then left in run.json once the
     # run has ended (stow_end). As nested dicts they were most of what a finished run cost
@@ -105,15 +107,9 @@ class Run:
         return self.status in ACTIVE
 
     @property
-    def script_name(self) -> str | None:
-        """The script's meta.name, else its first non-empty line."""
-        if self.meta and isinstance(self.meta.get("name"), str) and self.meta["name"]:
-            return self.meta["name"]
-        return self.script_line
-
-    @property
     def display_label(self) -> str:
-        return self.label or self.script_name or self.id
+        """What the run is called in notices, tools and the dashboard (naming.run_name)."""
+        return run_name(self.label, self.meta, self.script_comment)
 
     def set_status(self, status: str, at: float, **detail: Any) -> None:
         assert status in STATUSES, status
@@ -176,7 +172,7 @@ class Run:
             "agentsTotal": self.agents_total, "agentsDone": self.agents_done,
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
             "resumedAs": self.resumed_as, "timeoutMs": self.timeout_ms, "budgetWarnAt": self.budget_warn_at,
-            "scriptLine": self.script_line, "link": self.link, "end": self.end,
+            "scriptComment": self.script_comment, "link": self.link, "end": self.end,
         }
 
     @classmethod
@@ -212,7 +208,8 @@ class Run:
             resumed_from=_str(d.get("resumedFrom")), resumed_as=_str(d.get("resumedAs")),
             timeout_ms=d.get("timeoutMs") if isinstance(d.get("timeoutMs"), int) else None,
             budget_warn_at=num("budgetWarnAt") if d.get("budgetWarnAt") is not None else None,
-            script_line=_str(d.get("scriptLine")),
+            # Older records kept the first line of code as "scriptLine": never a name now.
+            script_comment=_str(d.get("scriptComment")),
             link=d.get("link") if isinstance(d.get("link"), dict) else None,
             end=d.get("end") if isinstance(d.get("end"), dict) else None,
         )
@@ -233,11 +230,3 @@ class Run:
 
 def _str(v: Any) -> Optional[str]:
     return v if isinstance(v, str) else None
-
-
-def first_line(script: str, limit: int = 80) -> str | None:
-    for line in script.splitlines():
-        line = line.strip()
-        if line and not line.startswith("//"):
-            return line[:limit]
-    return None

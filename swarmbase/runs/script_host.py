@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import attrs
 
 from ..launch.spec import LaunchSpec
+from .. import money
 from ..runner import MAX_LOG_CHARS, AgentCallError, Answered, ScriptOutcome, run_script, runner_spec
 from . import workflows
 from .records import redact_value
@@ -157,7 +158,7 @@ async def run_workflow(sup: "Supervisor", parent: Any, call: WorkflowCall) -> An
     child = WorkflowScope(live, parent, call, usd, tokens)
     live.scopes[call.path] = child
     sup.record_log(run, f"workflow {call.label} ({call.path}) started"
-                        + (f" with ${call.budget_usd:.2f}" if call.budget_usd is not None else ""))
+                        + (f" with {money.usd(call.budget_usd)}" if call.budget_usd is not None else ""))
     sup.events.publish(run.id, "workflow", {"path": call.path, "label": call.label, "state": "running"})
     sup.notify("workflow_started", run, call.path, call.label)
     outcome: ScriptOutcome | None = None

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import trio
 
-from .. import fsutil, notices
+from .. import fsutil, money, notices
 from ..audit.rundirs import chains_from_disk, end_files
 from ..audit.seal import RunChains
 from ..config import PROFILES, Caller, Config
@@ -31,7 +31,8 @@ from . import journal as journal_mod
 from .agent_opts import EFFORTS  # noqa: F401  (re-exported for the tool schemas)
 from .journal import Journal
 from .live import LiveRun
-from .model import Run, first_line, iso, new_run_id
+from .model import Run, iso, new_run_id
+from .naming import leading_comment
 from .records import ENDED, AgentRecord, Redactor, redact_value
 from .script_host import ScriptHost, run_live_script, spare_spec
 from .slots import RunSlots
@@ -226,7 +227,8 @@ class Supervisor:
 
     def _budget_warning(self, live: LiveRun, spent: float, reserved: float) -> None:
         run = live.run
-        message = (f"budget warning: ${spent:.2f} spent + ${reserved:.2f} reserved of ${run.budget_usd:.2f} "
+        message = (f"budget warning: {money.usd(spent)} spent + {money.usd(reserved)} reserved of "
+                   f"{money.usd(run.budget_usd)} "
                    f"(budgetWarnAt {run.budget_warn_at if run.budget_warn_at is not None else live.caller.budgetWarnAt:g})")
         self.record_log(run, message, "warning")
         self.events.publish(run.id, "budget-warning", {"spentUsd": round(spent, 6), "reservedUsd": round(reserved, 6),
@@ -297,7 +299,7 @@ class Supervisor:
                   budget_tokens=budget_tokens, keep_work=bool(params.get("keepWork", False)),
                   resumed_from=params.get("resumedFrom"), timeout_ms=timeout_ms,
                   budget_warn_at=float(params.get("budgetWarnAt", caller.budgetWarnAt)),
-                  script_line=first_line(params["script"]))
+                  script_comment=leading_comment(params["script"]))
         run.history.append({"status": "queued", "at": iso(now)})
         old = self.runs.get(run.resumed_from) if run.resumed_from else None
         chains = RunChains.start(run.id, params["script"], resumed_from=run.resumed_from,

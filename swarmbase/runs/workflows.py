@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .. import fsutil
+from .. import fsutil, money
 from ..config import PROFILES
 from . import journal as journal_mod
 from .budget import BudgetGate, Ledger
@@ -171,8 +171,8 @@ async def slice_budget(parent: Any, call: WorkflowCall) -> tuple[BudgetGate, Bud
         if got is None or got + 1e-9 < call.budget_usd:
             if got:
                 parent.usd.settle(got, 0.0)
-            raise WorkflowError(f"workflow(): its budgetUsd ${call.budget_usd:.2f} is more than the calling "
-                                f"script has left (${parent.usd.ledger.available:.2f})")
+            raise WorkflowError(f"workflow(): its budgetUsd {money.usd(call.budget_usd)} is more than the calling "
+                                f"script has left ({money.usd(parent.usd.ledger.available)})")
         got_usd = got
         usd = BudgetGate(Ledger(total=got))
     if call.budget_tokens is not None:
