@@ -89,6 +89,9 @@ def pin(*, key: str, cwd: str, read: Sequence[str], write: Sequence[str], privat
                 return True
             fd, real = open_real(spelled)
             try:
+                if is_callers and is_cwd and real != spelled:
+                    raise LaunchRefused(f"the cwd {spelled} of {key} changed between the agent() call and its "
+                                        "launch (it is no longer the directory that was checked); refused")
                 if contains(real, forbidden) or (under(real, forbidden) and not under(real, allowed_state)):
                     if not writable and not is_cwd and contains(real, forbidden):
                         log.warning("not mounting %s for %s: it contains the daemon's state", spelled, key)
@@ -96,9 +99,6 @@ def pin(*, key: str, cwd: str, read: Sequence[str], write: Sequence[str], privat
                         return False
                     raise LaunchRefused(f"refusing to mount {spelled} for {key}: it is the daemon's state "
                                         "(the state dir or homesDir)")
-                if is_callers and is_cwd and real != spelled:
-                    raise LaunchRefused(f"the cwd {spelled} of {key} changed between the agent() call and its "
-                                        "launch (it is no longer the directory that was checked); refused")
                 if is_callers and not under(real, cwd_roots):
                     raise LaunchRefused(f"{spelled} of {key} is no longer inside the caller's cwdRoots; refused")
             except BaseException:
