@@ -1,19 +1,24 @@
-"""What the sandbox costs at start-up (issue 13).
+"""What the sandbox costs at start-up (issues 13 and 20).
 
-    python3 bench/isolation.py [--n 50]
+    python3 bench/isolation.py [--n 50] [--agents 50]
 
 - process start: the local launcher running a trivial program (exit at once), with the
   sandbox and without, median of n;
 - agent start: a real claude agent against the fake API (`run` → its result), in a daemon
   with the sandbox and one without;
-- runner start: a trivial run (`run` → end notice) with and without.
-Prints figures; asserts nothing.
+- runner start: a trivial run (`run` → end notice) with and without;
+- worktree git (issue 20): one sandboxed git call (`git rev-parse HEAD` on a repository
+  the sandbox user owns) against the same git run directly.
+Issue 20's "before vs after" is this bench run on the old tree and on the new one (it
+prints who children run as). Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
 import time
 
 import trio
@@ -28,6 +33,7 @@ from fakes.anthropic_api import FakeAnthropic  # noqa: E402
 
 async def process_starts(mode: str, n: int) -> list[float]:
     tmp = state_dir("sb-iso-")
+    tmp.chmod(0o755)             # the cwd: readable by the sandbox user when the bench runs as root
     (tmp / "procs").mkdir()
     launcher = LocalLauncher(mode=mode, homes=tmp / "homes", procs=tmp / "procs")
     spec = LaunchSpec(argv=("/bin/echo", "ready"), env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp), key="k",
@@ -64,12 +70,49 @@ async def through_daemon(mode: str, api_url: str, n: int, nursery: trio.Nursery)
     return agents, runs
 
 
-async def main(n: int) -> None:
+async def git_calls(n: int) -> tuple[list[float], list[float]] | None:
+    try:
+        from swarmbase.identity import adopt_tree, resolve
+        from swarmbase.runs.git_sandbox import SandboxedGit
+    except ImportError:
+        return None                              # the tree before issue 20: git ran unsandboxed
+    tmp = state_dir("sb-iso-git-")
+    (tmp / "procs").mkdir()
+    repo = tmp / "repo"
+    for args in (["init", "-q", str(repo)], ["-C", str(repo), "-c", "user.name=b", "-c", "user.email=b@b",
+                                              "commit", "-q", "--allow-empty", "-m", "x"]):
+        subprocess.run(["git", *args], check=True)
+    adopt_tree(resolve(None), repo)
+    git = SandboxedGit(LocalLauncher(mode="bwrap", homes=tmp / "homes", procs=tmp / "procs"))
+    common = str(repo / ".git")
+    sandboxed, direct = [], []
+    for _ in range(n):
+        t = time.perf_counter()
+        await git.run("git rev-parse HEAD", common=common, cwd=common, roots=(str(tmp),), caller_paths=(common,))
+        sandboxed.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        await trio.run_process(["git", "-c", "safe.directory=*", "-C", str(repo), "rev-parse", "HEAD"],
+                               capture_stdout=True)
+        direct.append((time.perf_counter() - t) * 1000)
+    return sandboxed, direct
+
+
+async def main(n: int, n_agents: int) -> None:
+    try:
+        from swarmbase.identity import resolve
+        user = resolve(None)
+        print(f"children run as: {user.describe() if user else 'the daemon user'} "
+              f"(daemon uid {os.geteuid()}); confinement: user namespace, no capabilities, seccomp")
+    except ImportError:
+        print(f"children run as: the daemon's uid {os.geteuid()} (the tree before issue 20: no user namespace)")
     async with trio.open_nursery() as nursery:
         api = await nursery.start(FakeAnthropic().serve)
         for mode in ("bwrap", "none"):
             print(f"[{mode}] process start to first line: {summary(await process_starts(mode, n))}")
-        res = {mode: await through_daemon(mode, api.url, min(n, 20), nursery) for mode in ("bwrap", "none")}
+        gits = await git_calls(n)
+        if gits is not None:
+            print(f"[bwrap] sandboxed git call: {summary(gits[0])}; direct git: {summary(gits[1])}")
+        res = {mode: await through_daemon(mode, api.url, n_agents, nursery) for mode in ("bwrap", "none")}
         for mode, (agents, runs) in res.items():
             print(f"[{mode}] claude agent run (run → end notice, one agent): {summary(agents)}")
             print(f"[{mode}] trivial run (runner start included): {summary(runs)}")
@@ -82,4 +125,6 @@ async def main(n: int) -> None:
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=50)
-    trio.run(main, p.parse_args().n)
+    p.add_argument("--agents", type=int, default=50, help="agent runs per mode (median of these)")
+    a = p.parse_args()
+    trio.run(main, a.n, a.agents)

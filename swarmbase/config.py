@@ -246,6 +246,9 @@ def under_temp_dir(path: str) -> bool:
                for t in {os.path.realpath(tempfile.gettempdir()), "/tmp"})
 
 
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+
+
 def _sandbox_checks(cfg: Config, search_path: str | None) -> Config:
     """One daemon-wide sandbox setting; engines.codex.sandbox is read as its old alias."""
     legacy = cfg.engines.codex.sandbox if cfg.engines.codex else None
@@ -266,6 +269,10 @@ def _sandbox_checks(cfg: Config, search_path: str | None) -> Config:
     homes = expand(cfg.homesDir) if cfg.homesDir else os.path.abspath(cfg.state_dir / "homes")
     if not os.path.isabs(homes):
         raise ConfigError(f"homesDir: {homes!r} must be an absolute path")
+    for name, where in (("the state dir", os.path.realpath(cfg.state_dir)), ("homesDir", os.path.realpath(homes))):
+        if mode == "bwrap" and any(where == d or where.startswith(d + "/") for d in SYSTEM_DIRS):
+            raise ConfigError(f"{name} {where} is under a system dir every sandbox mounts ({', '.join(SYSTEM_DIRS)}); "
+                              "move it")
     if mode == "none" and cfg.engines.codex is not None and cfg.engines.codex.baseUrl and under_temp_dir(homes):
         raise ConfigError(f"homesDir: {homes} is under the temp dir; without the sandbox codex then cannot make "
                           "its PATH aliases and every sandboxed command fails. Set homesDir to a folder "

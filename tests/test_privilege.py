@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +201,21 @@ async def test_kill_9_with_worktree_agents_then_restart_leaves_no_worktree(tmp_p
         assert git(repo, "show", f"{b}:partial.txt") == "partial"         # what the agent wrote is kept
         git(repo, "branch", "-D", b)                                      # and nothing holds the branch
     assert not list((path.parent / "runs").glob(f"*-{rid}/worktrees/*"))
+
+
+@pytest.mark.timeout(60)
+async def test_the_daemon_refuses_to_start_when_the_sandbox_cannot(tmp_path: Path, api: FakeAnthropic) -> None:
+    """A host where bwrap cannot make a namespace (here: a bwrap that says so) stops the real
+    daemon at start-up with one line; it never runs agents with privilege instead."""
+    path, _, _ = setup(tmp_path, api)
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = dict(os.environ, SWARMBASE_CONFIG=str(path), PATH=f"{fake.parent}:{os.environ['PATH']}")
+    with trio.fail_after(50):
+        done = await trio.run_process([sys.executable, "-m", "swarmbase"], env=env, capture_stderr=True, check=False)
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    assert "cannot start: the sandbox cannot start a child" in err and "setting up uid map" in err
+    assert "Traceback" not in err and "listening" not in err

@@ -115,7 +115,7 @@ def pin(*, key: str, cwd: str, read: Sequence[str], write: Sequence[str], privat
             one(p, writable=True, is_cwd=os.path.abspath(p) == os.path.abspath(cwd))
             out.write.append(p)
         if private is not None:
-            fd, real = open_real(private)
+            fd, _ = open_real(private)
             out.fds[os.path.abspath(private)] = fd
     except BaseException:
         out.close()
