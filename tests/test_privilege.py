@@ -65,11 +65,11 @@ def make_repo(path: Path) -> None:
     give_to_sandbox(path)
 
 
-async def run_script(ws: str, token: str, script: str, timeout: float = 150) -> Any:
+async def run_script(ws: str, token: str, script: str, timeout: float = 150, **params: Any) -> Any:
     with trio.fail_after(timeout):
         async with connect(ws, token) as h:
             await h.handshake()
-            rid = (await h.tool("run", {"script": script}))["structuredContent"]["runId"]
+            rid = (await h.tool("run", {"script": script, **params}))["structuredContent"]["runId"]
             notice = await h.wait_notice(f"{rid}:end")
             res = await h.tool("result", {"runId": rid})
     text = res["structuredContent"]["text"]
@@ -140,30 +140,37 @@ return {{a, p, b}};"""
     assert git(repo, "worktree", "list").count("\n") == 0
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 async def test_a_cwd_swapped_for_a_symlink_while_its_agent_waits_is_refused(tmp_path: Path, claude_bin: str,
                                                                            api: FakeAnthropic) -> None:
-    path, token, roots = setup(tmp_path, api, perRunConcurrency=1)
+    """Run 1: the waiters wait for the daemon-wide slot; run 2: for the run's budget."""
+    path, token, roots = setup(tmp_path, api, maxConcurrentAgents=1)
     state = path.parent
     (state / "admin" / "sessions").mkdir(parents=True, mode=0o700)
-    for name in ("x", "y"):
+    for name in ("x", "y", "z"):
         (roots / name).mkdir()
     give_to_sandbox(roots)
-    swap = f"rm -rf x y && ln -s {state}/runs x && ln -s {state}/admin/sessions y && echo SWAPPED"
-    probe = "[[bash:ls -la; touch planted-by-waiting-agent; echo WAITER-RAN]]"
-    script = f"""
-const r = await parallel([
-  () => agent({bash(swap)}, {{profile: 'write', cwd: {json.dumps(str(roots))}, detail: true}}),
-  () => agent({json.dumps(probe)}, {{profile: 'write', cwd: {json.dumps(str(roots / 'x'))}, detail: true}}),
-  () => agent({json.dumps(probe)}, {{profile: 'write', cwd: {json.dumps(str(roots / 'y'))}, detail: true}}),
-]);
-return r;"""
+    probe = json.dumps("[[bash:ls -la; touch planted-by-waiting-agent; echo WAITER-RAN]]")
+
+    def script(swap: str, waiters: list[str], max_usd: tuple[str, str] = ("", "")) -> str:
+        calls = [f"() => agent({bash(swap)}, {{profile: 'write', cwd: {json.dumps(str(roots))}, detail: true{max_usd[0]}}})"]
+        calls += [f"() => agent({probe}, {{profile: 'write', cwd: {json.dumps(str(roots / w))}, detail: true{max_usd[1]}}})"
+                  for w in waiters]
+        return f"return await parallel([{', '.join(calls)}]);"
+
+    slot = script(f"rm -rf x y && ln -s {state}/runs x && ln -s {state}/admin/sessions y && echo SWAPPED", ["x", "y"])
+    # The swapper holds the whole budget: the waiter waits for it (then for the slot).
+    budget = script(f"rm -rf z && ln -s {state}/runs z && echo SWAPPED", ["z"], (", maxUsd: 1", ", maxUsd: 0.5"))
     async with cli_daemon(path) as d:
-        rid, notice, out = await run_script(d.ws, token, script)
-    assert out[0]["ok"] and "SWAPPED" in out[0]["text"], out
-    assert (roots / "x").is_symlink() and (roots / "y").is_symlink()
-    for waiter in out[1:]:
-        assert not waiter["ok"] and "changed between the agent() call and its launch" in waiter["error"], waiter
+        _, _, by_slot = await run_script(d.ws, token, slot)
+        rid, _, by_budget = await run_script(d.ws, token, budget, budgetUsd=1)
+    for out in (by_slot, by_budget):
+        assert out[0]["ok"] and "SWAPPED" in out[0]["text"], out
+        for waiter in out[1:]:
+            assert not waiter["ok"] and "changed between the agent() call and its launch" in waiter["error"], waiter
+    assert all((roots / n).is_symlink() for n in ("x", "y", "z"))
+    waited = json.loads(next((state / "runs").glob(f"*-{rid}/agents/2/agent.json")).read_text())["history"]
+    assert "waiting-budget" in [h["state"] for h in waited]
     assert sum("WAITER-RAN" in r["prompt"] for r in api.requests) == 0    # never started: no model call
     assert not list(state.rglob("planted-by-waiting-agent"))
     assert list((state / "admin" / "sessions").iterdir()) == []
