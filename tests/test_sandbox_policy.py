@@ -193,3 +193,13 @@ def test_the_shipped_unit_runs_as_a_dedicated_user() -> None:
     assert settings["User"] not in ("", "root", "0") and settings["Group"] not in ("", "root", "0")
     # bubblewrap must be able to make its namespaces under the unit.
     assert not {"RestrictNamespaces", "PrivateUsers", "DynamicUser"} & set(settings)
+
+
+def test_what_the_worktree_commit_printed_is_read_back() -> None:
+    from swarmbase.runs.worktrees import finished
+    ok = finished("commit abc\nchanged a.txt\nchanged b.txt\nstat 2 files changed, 2 insertions(+)\nstatus 0\nremoved\n")
+    assert ok == {"commit": "abc", "changed": 2, "stat": "2 files changed, 2 insertions(+)", "removed": True,
+                  "error": None}
+    failed = finished("fatal: unable to write new index file\nstatus 128\nremoved\n")
+    assert failed["error"] == "fatal: unable to write new index file" and failed["removed"] and not failed["commit"]
+    assert finished("status 0\n")["removed"] is False          # kept, or the unregistering failed

@@ -176,57 +176,80 @@ def _parse_created(out: str, common: str) -> tuple[str, str]:
 
 
 # Commits what is in the worktree onto the branch, from a fresh index; never reads the
-# worktree's .git, its admin dir's HEAD or index. Then (unless kept) unregisters it.
-FINISH = '''tip=$(git rev-parse --verify "refs/heads/$SB_BRANCH^{commit}")
-export GIT_WORK_TREE="$SB_PATH" GIT_INDEX_FILE="$SB_INDEX"
-git read-tree "$tip"
-git add -A
-tree=$(git write-tree)
-commit=$tip
-if [ "$tree" != "$(git rev-parse "$tip^{tree}")" ]; then
-  commit=$(git commit-tree "$tree" -p "$tip" -m "$SB_MESSAGE")
-  git update-ref "refs/heads/$SB_BRANCH" "$commit" "$tip"
-fi
-echo "commit $commit"
-git diff-tree -r --name-only "$tip" "$commit" | sed 's/^/changed /'
-[ "$commit" = "$SB_BASE" ] || git diff --shortstat "$SB_BASE" "$commit" | sed 's/^/stat /'
-unset GIT_WORK_TREE GIT_INDEX_FILE
+# worktree's .git, its admin dir's HEAD or index. Then (unless kept) unregisters it, even
+# when the commit failed, so the user's repository never keeps it checked out.
+FINISH = '''set +e
+(
+  set -e
+  tip=$(git rev-parse --verify --quiet "refs/heads/$SB_BRANCH^{commit}" || echo "$SB_BASE")
+  export GIT_WORK_TREE="$SB_PATH" GIT_INDEX_FILE="$SB_INDEX"
+  git read-tree "$tip"
+  git add -A
+  tree=$(git write-tree)
+  commit=$tip
+  if [ "$tree" != "$(git rev-parse "$tip^{tree}")" ]; then
+    commit=$(git commit-tree "$tree" -p "$tip" -m "$SB_MESSAGE")
+  fi
+  git update-ref "refs/heads/$SB_BRANCH" "$commit"
+  echo "commit $commit"
+  git diff-tree -r --name-only "$tip" "$commit" | sed 's/^/changed /'
+  [ "$commit" = "$SB_BASE" ] || git diff --shortstat "$SB_BASE" "$commit" | sed 's/^/stat /'
+) 2>&1
+echo "status $?"
 if [ "$SB_KEEP" != 1 ]; then
-  rm -rf "$SB_ADMIN"
-  git worktree prune
+  rm -rf "$SB_ADMIN" && git worktree prune && echo removed
 fi
 '''
 
 
 async def finish(wt: Worktree, n: int, label: str, keep: bool, *, git: SandboxedGit) -> dict[str, Any]:
     """Commit what the agent changed on its branch, remove the worktree (unless kept);
-    what it did, for the agent's record."""
+    what it did, for the agent's record. WorktreeError if the commit failed (the worktree
+    is removed all the same) or git could not run at all (then its record stays, and the
+    next boot tries again)."""
     who = f"SwarmBase agent {n}"
     env = {"SB_BRANCH": wt.branch, "SB_PATH": wt.path, "SB_INDEX": "@AGENT_DIR@/index", "SB_BASE": wt.base,
            "SB_MESSAGE": f"{who}: {label}"[:200], "SB_KEEP": "1" if keep else "0", "SB_ADMIN": wt.gitdir,
            "GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": AUTHOR_EMAIL, "GIT_COMMITTER_NAME": who,
            "GIT_COMMITTER_EMAIL": AUTHOR_EMAIL}
-    roots = wt.roots
     async with _lock(wt.common):
         try:
-            out = await git.run(FINISH, common=wt.common, cwd=wt.path, write=(wt.path,), env=env, roots=roots,
-                                caller_paths=(wt.common,), state_dirs=(wt.path, *roots))
+            out = await git.run(FINISH, common=wt.common, cwd=wt.path, write=(wt.path,), env=env, roots=wt.roots,
+                                caller_paths=(wt.common,), state_dirs=(wt.path, *wt.roots))
         except GitError as e:
             raise WorktreeError(str(e)) from None
-        if not keep:
-            await trio.to_thread.run_sync(shutil.rmtree, wt.path, True)
-    if wt.record:
-        Path(wt.record).unlink(missing_ok=True)
-    commit, changed, stat = wt.base, 0, ""
+        done = finished(out)
+        if keep or done["removed"]:
+            if not keep:
+                await trio.to_thread.run_sync(shutil.rmtree, wt.path, True)
+            if wt.record:
+                Path(wt.record).unlink(missing_ok=True)
+    if done["error"] is not None:
+        raise WorktreeError(f"the agent's work could not be committed: {done['error']}")
+    return {"branch": wt.branch, "commit": done["commit"] or wt.base, "base": wt.base,
+            "filesChanged": done["changed"], "diffStat": done["stat"] if done["changed"] else "", "repo": wt.repo}
+
+
+def finished(out: str) -> dict[str, Any]:
+    """What FINISH printed: the commit, the files changed, the short stat, whether the
+    worktree was unregistered, and the commit's error (None when it worked)."""
+    done: dict[str, Any] = {"commit": None, "changed": 0, "stat": "", "removed": False, "error": None}
+    said: list[str] = []
     for line in out.splitlines():
         if line.startswith("commit "):
-            commit = line[7:].strip()
+            done["commit"] = line[7:].strip()
         elif line.startswith("changed "):
-            changed += 1
+            done["changed"] += 1
         elif line.startswith("stat "):
-            stat = line[5:].strip()
-    return {"branch": wt.branch, "commit": commit, "base": wt.base, "filesChanged": changed,
-            "diffStat": stat if changed else "", "repo": wt.repo}
+            done["stat"] = line[5:].strip()
+        elif line.startswith("status "):
+            if line[7:].strip() != "0":
+                done["error"] = said[-1] if said else f"git exited with {line[7:].strip()}"
+        elif line == "removed":
+            done["removed"] = True
+        elif line.strip():
+            said.append(line.strip())
+    return done
 
 
 async def recover(run_dirs: Iterable[Path], *, git: SandboxedGit) -> int:
