@@ -69,8 +69,9 @@ class LocalLauncher:
         limit = identity.userns_limit()
         who = self.user.describe() if self.user is not None else "the daemon's user"
         if limit == 0:
-            raise SandboxUnavailable("the sandbox needs user namespaces, and /proc/sys/user/max_user_namespaces is 0 "
-                               "on this host: allow them, or set \"sandbox\": \"none\" (agents then run unconfined)")
+            raise SandboxUnavailable("the sandbox needs user namespaces, and /proc/sys/user/max_user_namespaces "
+                                     "is 0 on this host: allow them, or set \"sandbox\": \"none\" (agents then "
+                                     "run unconfined)")
         try:
             seccomp.program("strict")
         except seccomp.SeccompUnavailable as e:
@@ -86,9 +87,9 @@ class LocalLauncher:
         if res.spawn_error or res.exit_code != 0:
             said = b" ".join(lines).decode(errors="replace")[:500] or res.spawn_error or f"exit {res.exit_code}"
             raise SandboxUnavailable(f"the sandbox cannot start a child as {who}: {said} "
-                               f"(/proc/sys/user/max_user_namespaces: {limit}). Unprivileged user namespaces "
-                               "must be allowed (on Ubuntu 24.04+ also for bwrap under AppArmor), or set "
-                               "\"sandbox\": \"none\" (agents then run unconfined)")
+                                     f"(/proc/sys/user/max_user_namespaces: {limit}). Unprivileged user "
+                                     "namespaces must be allowed (on Ubuntu 24.04+ also for bwrap under AppArmor), "
+                                     "or set \"sandbox\": \"none\" (agents then run unconfined)")
 
     @property
     def confined(self) -> bool:
