@@ -12,6 +12,7 @@ from functools import partial
 import trio
 
 from . import config, daemon, defaults
+from .launch.local import SandboxUnavailable
 from .statelock import LockHeld, StateLock
 
 
@@ -52,11 +53,11 @@ def _serve(port: int | None = None) -> int:
 
     try:
         trio.run(main)
-    except OSError as e:
+    except (OSError, SandboxUnavailable) as e:
         print(f"swarmbase: cannot start: {e}", file=sys.stderr)
         return 1
     except BaseExceptionGroup as eg:
-        oserr = eg.subgroup(lambda e: isinstance(e, OSError))
+        oserr = eg.subgroup(lambda e: isinstance(e, (OSError, SandboxUnavailable)))
         if oserr is None:
             raise
         print(f"swarmbase: cannot start: {oserr.exceptions[0]}", file=sys.stderr)

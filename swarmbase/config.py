@@ -18,7 +18,7 @@ from typing import Any, Literal, Optional
 
 import attrs
 
-from . import jsonc
+from . import identity, jsonc
 from .config_schema import ConfigError, check_object, converter, type_name
 from .config_schema import field as _f
 
@@ -145,6 +145,8 @@ class Config:
     # Every child (runners, agents) runs inside bubblewrap unless "none".
     sandbox: Optional[Literal["bwrap", "none"]] = _f("sandbox", None)
     homesDir: Optional[str] = _f("homesDir", None)
+    # Who children run as when the daemon is root (a name, or uid[:gid]); default "nobody".
+    sandboxUser: Optional[str] = _f("sandboxUser", None)
     runnerMemoryMb: int = _f("runnerMemoryMb", 512, lo=64, hi=65_536)
     runnerCpuSeconds: int = _f("runnerCpuSeconds", 600, lo=1, hi=86_400)
     # Script runners started ahead of need, each used by one script only (0: none).
@@ -244,6 +246,9 @@ def under_temp_dir(path: str) -> bool:
                for t in {os.path.realpath(tempfile.gettempdir()), "/tmp"})
 
 
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+
+
 def _sandbox_checks(cfg: Config, search_path: str | None) -> Config:
     """One daemon-wide sandbox setting; engines.codex.sandbox is read as its old alias."""
     legacy = cfg.engines.codex.sandbox if cfg.engines.codex else None
@@ -254,9 +259,20 @@ def _sandbox_checks(cfg: Config, search_path: str | None) -> Config:
     if mode == "bwrap" and not shutil.which("bwrap", path=search_path):
         raise ConfigError('sandbox: "bwrap" (the default) but bubblewrap is not installed; install it '
                           '(Debian/Ubuntu: apt-get install bubblewrap) or set "sandbox": "none"')
+    try:
+        user = identity.resolve(cfg.sandboxUser)
+    except identity.IdentityError as e:
+        raise ConfigError(str(e)) from None
+    if mode == "bwrap" and user is not None and not shutil.which("setpriv", path=search_path):
+        raise ConfigError("the daemon runs as root, and dropping to the sandbox user needs setpriv "
+                          "(util-linux), which is not installed")
     homes = expand(cfg.homesDir) if cfg.homesDir else os.path.abspath(cfg.state_dir / "homes")
     if not os.path.isabs(homes):
         raise ConfigError(f"homesDir: {homes!r} must be an absolute path")
+    for name, where in (("the state dir", os.path.realpath(cfg.state_dir)), ("homesDir", os.path.realpath(homes))):
+        if mode == "bwrap" and any(where == d or where.startswith(d + "/") for d in SYSTEM_DIRS):
+            raise ConfigError(f"{name} {where} is under a system dir every sandbox mounts ({', '.join(SYSTEM_DIRS)}); "
+                              "move it")
     if mode == "none" and cfg.engines.codex is not None and cfg.engines.codex.baseUrl and under_temp_dir(homes):
         raise ConfigError(f"homesDir: {homes} is under the temp dir; without the sandbox codex then cannot make "
                           "its PATH aliases and every sandboxed command fails. Set homesDir to a folder "

@@ -34,6 +34,8 @@ from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
 from .metrics import Metrics, register_metrics
 from .outbox import Outbox
 from .runner import RunnerLimits
+from .runs import worktrees
+from .runs.git_sandbox import SandboxedGit
 from .runs.store import RunStore
 from .runs.supervisor import AgentService, Supervisor
 from .statelock import StateLock
@@ -77,7 +79,7 @@ def build_services(cfg: Config, agents: AgentService | None = None,
     store = RunStore(cfg.state_dir)
     outbox = Outbox(cfg.state_dir / "outbox.jsonl")
     launcher = LocalLauncher(mode=cfg.sandbox_mode, homes=cfg.homes_dir, procs=cfg.state_dir / "procs",
-                             forbidden=[cfg.state_dir, cfg.homes_dir])
+                             forbidden=[cfg.state_dir, cfg.homes_dir], sandbox_user=cfg.sandboxUser)
     sup = Supervisor(cfg, store, outbox, agents=agents, limits=limits, launcher=launcher)
     for secret in caller_secrets(cfg):
         sup.redact.add(secret)
@@ -213,9 +215,21 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
 async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: RunnerLimits | None,
                         stop: trio.Event | None, task_status: Any) -> None:
     services = build_services(cfg, agents, limits)
+    if services.launcher is not None:
+        # Never run a child with privilege silently: a host without user namespaces (or
+        # libseccomp) stops the daemon here, naming the cause.
+        await services.launcher.self_check()
+        who = services.launcher.user
+        if cfg.sandbox_mode == "bwrap":
+            log.info("children run sandboxed as %s, without capabilities",
+                     who.describe() if who is not None else "the daemon's user")
     interrupted = services.supervisor.recover()
     if interrupted:
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))
+    if services.launcher is not None:
+        # Worktrees a dead daemon left registered in users' repositories (issue 25).
+        sup = services.supervisor
+        await worktrees.recover([sup.store.dir(r) for r in sup.runs.values()], git=SandboxedGit(services.launcher))
     stop = trio.Event() if stop is None else stop
     app = make_app(services)
     # Off unless telemetry.otlpEndpoint or OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set; only

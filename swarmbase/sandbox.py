@@ -11,6 +11,14 @@ or not — never how to confine it. What the sandbox gives, with mode "bwrap":
 - a new PID namespace: when its init dies, the kernel kills every process inside, however
   it forked or setsid'd; and --die-with-parent ties that init to the daemon (the daemon
   forks only from its long-lived spawning thread, see spawn.py);
+- no privilege, whoever started the daemon (identity.py has the policy): a user namespace
+  of its own with every capability dropped (bwrap --unshare-user --cap-drop ALL), no new
+  privileges, a seccomp filter (seccomp.py) loaded from `seccomp_fd`, and no further user
+  namespaces (--disable-userns) unless the child builds a sandbox of its own (`nesting`:
+  the codex CLI); a daemon running as root first drops to the sandbox user (`user`);
+- paths bound by open fd where the caller pinned them (`fds`: --bind-fd/--ro-bind-fd), so
+  what is mounted is the directory that was checked, not whatever the path names by the
+  time bwrap mounts it (a symlink swapped in meanwhile is never followed);
 - no network namespace of its own unless `network` is False (runners): then --unshare-net.
 Mode "none" adds nothing: the private dir is used in place.
 
@@ -21,15 +29,21 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import attrs
+
+from .identity import SandboxUser
 
 PRIVATE_MOUNT = "/run/swarmbase/agent"
 ETC_FILES = ("/etc/hosts", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/resolv.conf",
              "/etc/localtime", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/ld.so.cache",
              "/etc/os-release", "/etc/mime.types")
 TOP_DIRS = ("bin", "sbin", "lib", "lib64", "lib32", "libx32")
+FRESH_MOUNTS = ("/", "/tmp", "/run", "/proc", "/dev")
+# What the outer (root) stage leaves the child: just enough for setpriv to become the
+# sandbox user and clear its bounding set; setpriv's exec of the inner bwrap ends them.
+DROP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
 
 
 @attrs.frozen
@@ -38,6 +52,7 @@ class HostLayout:
     symlinks: tuple[tuple[str, str], ...]     # (/bin, "usr/bin")
     dirs: tuple[str, ...]                     # real top dirs outside /usr to bind read-only
     bwrap: str | None
+    setpriv: str | None = None
 
     @classmethod
     def probe(cls) -> "HostLayout":
@@ -48,7 +63,8 @@ class HostLayout:
                 links.append((p, os.readlink(p)))
             elif os.path.isdir(p):
                 dirs.append(p)
-        return cls(symlinks=tuple(links), dirs=tuple(dirs), bwrap=shutil.which("bwrap"))
+        return cls(symlinks=tuple(links), dirs=tuple(dirs), bwrap=shutil.which("bwrap"),
+                   setpriv=shutil.which("setpriv"))
 
 
 @attrs.frozen
@@ -60,6 +76,18 @@ class Confinement:
     write: tuple[str, ...] = ()
     private: str | None = None
     network: bool = True
+    fds: Mapping[str, int] = attrs.field(factory=dict)   # host path -> open fd bound in its place
+    data: tuple[tuple[int, str], ...] = ()   # (fd, path): a read-only file with the fd's bytes
+    seccomp_fd: int | None = None
+    nesting: bool = False                    # the child makes namespaces of its own (codex)
+    user: SandboxUser | None = None          # drop to this user first (the daemon is root)
+
+    def passed_fds(self) -> tuple[int, ...]:
+        """The fds the sandbox command reads; the child must inherit them."""
+        out = [*self.fds.values(), *(fd for fd, _ in self.data)]
+        if self.seccomp_fd is not None:
+            out.append(self.seccomp_fd)
+        return tuple(dict.fromkeys(out))
 
 
 def inside_path(c: Confinement, mode: str, path: str) -> str:
@@ -73,31 +101,80 @@ def _covered(path: str, by: Sequence[str]) -> bool:
     return any(path == b or path.startswith(b.rstrip("/") + "/") for b in by)
 
 
+def _bind(c: Confinement, src: str, dest: str, writable: bool) -> list[str]:
+    fd = c.fds.get(src)
+    if fd is not None:
+        return ["--bind-fd" if writable else "--ro-bind-fd", str(fd), dest]
+    return ["--bind" if writable else "--ro-bind", src, dest]
+
+
+def _mount_parents(dests: Sequence[str], system: Sequence[str]) -> list[str]:
+    """--dir (mode 0755) for every dir above a mount point: bwrap otherwise copies the
+    host dir's mode, and a root daemon's child (the sandbox user) could not pass a 0700
+    /root or state dir on its way to its own cwd. Made on the sandbox's tmpfs root before
+    any bind, so none of them ever touches a host dir."""
+    out: list[str] = []
+    seen = set(FRESH_MOUNTS)
+    for dest in dests:
+        parts = dest.strip("/").split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/" + "/".join(parts[:i])
+            if d in seen or _covered(d, system):
+                continue
+            seen.add(d)
+            out += ["--perms", "0755", "--dir", d]
+    return out
+
+
 def bwrap_argv(layout: HostLayout, c: Confinement) -> list[str]:
-    """The bubblewrap prefix for one process (the command follows `--`)."""
+    """The bubblewrap prefix for one process (the command follows `--`).
+
+    A daemon that is not root: one bwrap, unprivileged — its user namespace maps the
+    daemon's uid, and it mounts, drops every capability and loads the filter. A daemon
+    that is root (`c.user`): bwrap 0.8 resolves every bind source (a pinned fd too) as the
+    user it runs as, and the sandbox user cannot pass a 0700 /root or state dir; so an
+    outer bwrap, as root, makes the mounts (with no capability for the child but the
+    three setpriv needs), setpriv drops to the sandbox user (and clears the bounding set),
+    and an inner unprivileged bwrap gives that user a namespace of its own, takes every
+    capability away for good, stops further namespaces and loads the filter."""
     assert layout.bwrap, "bubblewrap is not installed"
     argv = [layout.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--new-session", "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev",
-            "--tmpfs", "/tmp", "--tmpfs", "/run"]
+            "--perms", "1777", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    confine = ["--unshare-user", *(() if c.nesting else ("--disable-userns",)), "--cap-drop", "ALL"]
+    if c.user is None:
+        argv[1:1] = confine
+    else:
+        argv += ["--cap-drop", "ALL", *(x for cap in DROP_CAPS for x in ("--cap-add", cap))]
     if not c.network:
         argv.append("--unshare-net")
     for link, target in layout.symlinks:
         argv += ["--symlink", target, link]
     for d in layout.dirs:
         argv += ["--ro-bind", d, d]
+    system = ["/usr", *layout.dirs, *(link for link, _ in layout.symlinks)]
+    writes = list(dict.fromkeys(os.path.abspath(p) for p in c.write))
+    reads = [p for p in dict.fromkeys(os.path.abspath(p) for p in c.read) if not _covered(p, system) and p not in writes]
+    dests = [*ETC_FILES, *reads, *writes, *((PRIVATE_MOUNT,) if c.private else ()), *(path for _, path in c.data)]
+    argv += _mount_parents(dests, system)
     for f in ETC_FILES:
         argv += ["--ro-bind-try", f, f]
-    system = ["/usr", *layout.dirs]
-    writes = list(dict.fromkeys(os.path.abspath(p) for p in c.write))
-    for p in dict.fromkeys(os.path.abspath(p) for p in c.read):
-        if not _covered(p, system) and p not in writes:
-            argv += ["--ro-bind", p, p]
+    for p in reads:
+        argv += _bind(c, p, p, writable=False)
     for p in writes:
-        argv += ["--bind", p, p]
+        argv += _bind(c, p, p, writable=True)
     if c.private:
-        argv += ["--bind", c.private, PRIVATE_MOUNT]
-    argv += ["--chdir", c.cwd, "--"]
-    return argv
+        argv += _bind(c, c.private, PRIVATE_MOUNT, writable=True)
+    for fd, path in c.data:
+        argv += ["--perms", "0444", "--ro-bind-data", str(fd), path]
+    seccomp = ["--seccomp", str(c.seccomp_fd)] if c.seccomp_fd is not None else []
+    if c.user is None:
+        return argv + seccomp + ["--chdir", c.cwd, "--"]
+    assert layout.setpriv, "setpriv (util-linux) is not installed"
+    # The outer stage has no CAP_DAC_OVERRIDE left when it would chdir: only the inner,
+    # as the sandbox user, enters the cwd (which that user owns or may read).
+    return (argv + ["--chdir", "/", "--"] + c.user.switch_argv(layout.setpriv)
+            + [layout.bwrap, *confine, "--die-with-parent", "--dev-bind", "/", "/", *seccomp, "--chdir", c.cwd, "--"])
 
 
 def wrap(mode: str, layout: HostLayout, c: Confinement, command: Sequence[str]) -> list[str]:

@@ -21,7 +21,7 @@ import attrs
 import pytest
 import trio
 
-from swarmbase import config, daemon
+from swarmbase import config, daemon, identity
 from swarmbase.runner import RUNNER, RunnerLimits
 
 
@@ -34,6 +34,22 @@ def claude_bin() -> str:
     if not CLAUDE.exists():
         pytest.fail(f"the Claude Code CLI is not installed at {CLAUDE}: run bash tests/install.sh")
     return str(CLAUDE)
+
+
+def give_to_sandbox(path: Path) -> Path:
+    """A tree the test made (as root, in CI) handed to the sandbox user, as an operator
+    gives a caller's cwdRoot to it: agents and worktree git write only what it may write."""
+    user = identity.resolve(None)
+    if user is not None:
+        for p in [path, *path.rglob("*")]:
+            os.chown(p, user.uid, user.gid, follow_symlinks=False)
+    return path
+
+
+def git(cwd: Path, *args: str) -> str:
+    """The test's own git (as root) on a repository the sandbox user owns."""
+    return subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 @attrs.define

@@ -4,6 +4,7 @@ Anthropic Messages API on loopback. These must not skip: a missing CLI fails the
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 import trio
 
 
-from .conftest import CLAUDE, Env, agent_json, engine_daemon, result_of, run_to_end  # noqa: F401
+from .conftest import CLAUDE, Env, agent_json, descendants, engine_daemon, result_of, run_to_end  # noqa: F401
 from .fakes.anthropic_api import FakeAnthropic
 
 CANARY = "sk-ant-canary-" + secrets.token_hex(16)
@@ -128,8 +129,9 @@ async def test_parallel_20_agents_at_per_run_concurrency_4(tmp_path: Path, nurse
     async def watch() -> None:
         nonlocal peak
         while not done.is_set():
-            # One agent is one process group (Claude Code forks helpers inside its group).
-            groups = {_pgid(p) for p in Path("/proc").iterdir() if p.name.isdigit() and _is_claude(p)}
+            # One agent is one process group (Claude Code forks helpers inside its group). Only
+            # this test's own: other test runs on the machine start the same CLI.
+            groups = {_pgid(Path(f"/proc/{p}")) for p in descendants(os.getpid()) if _is_claude(Path(f"/proc/{p}"))}
             groups.discard(None)
             peak = max(peak, len(groups))
             await trio.sleep(0.02)

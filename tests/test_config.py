@@ -176,3 +176,14 @@ def test_error_names_the_file(tmp_path: Path) -> None:
 def test_config_path_env(tmp_path: Path) -> None:
     assert config.config_path({"SWARMBASE_CONFIG": str(tmp_path / "c.json")}) == tmp_path / "c.json"
     assert config.config_path({"HOME": "/h"}).name == "config.json"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox user applies only to a daemon run as root")
+def test_the_sandbox_user_may_not_be_root(tmp_path: Path) -> None:
+    assert "unprivileged user" in fault(tmp_path, {"sandboxUser": "root"})
+    assert "no user named" in fault(tmp_path, {"sandboxUser": "nobody-at-all"})
+    assert load(tmp_path, '{"sandboxUser": "nobody"}').sandboxUser == "nobody"
+
+
+def test_homes_under_a_system_dir_every_sandbox_mounts_is_refused(tmp_path: Path) -> None:
+    assert "under a system dir every sandbox mounts" in fault(tmp_path, {"homesDir": "/usr/local/var/homes"})

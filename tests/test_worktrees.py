@@ -5,19 +5,14 @@ a cwd outside a repository (or in one without commits) is refused."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import trio
 
 from swarmbase.mcpl import tools
 
-from .conftest import CLAUDE, agent_json, engine_daemon, result_of, run_to_end
+from .conftest import CLAUDE, agent_json, engine_daemon, git, give_to_sandbox, result_of, run_to_end
 from .fakes.anthropic_api import FakeAnthropic
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def make_repo(path: Path) -> str:
@@ -28,6 +23,7 @@ def make_repo(path: Path) -> str:
     (path / "src" / "a.txt").write_text("a\n")
     git(path, "add", "-A")
     git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    give_to_sandbox(path)
     return git(path, "rev-parse", "HEAD")
 
 

@@ -49,6 +49,15 @@ class AgentJob:
     secret_files: tuple[str, ...] = ()
     extra_read: tuple[str, ...] = ()          # e.g. a worktree's repository .git (read-only)
     extra_write: tuple[str, ...] = ()         # e.g. a worktree's own admin dir under that .git
+    # Checked again at launch (launch/pins.py): the daemon-made dirs under its state dir
+    # the agent may use, the caller's roots, and the paths that must still be under them.
+    state_dirs: tuple[str, ...] = ()
+    cwd_roots: tuple[str, ...] = ()
+    caller_paths: tuple[str, ...] = ()
+
+    def launch_checks(self) -> dict[str, tuple[str, ...]]:
+        """The LaunchSpec fields that carry them."""
+        return {"state_dirs": self.state_dirs, "cwd_roots": self.cwd_roots, "caller_paths": self.caller_paths}
 
     @property
     def key(self) -> str:

@@ -46,7 +46,7 @@ class ClaudeEngine:
                           files={"prompt.txt": job.prompt.encode()}, stdin_file="prompt.txt",
                           read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
                           write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,
-                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000,
+                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, **job.launch_checks(),
                           record={"runId": job.run_id, "n": job.n, "engine": "claude"})
 
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict:

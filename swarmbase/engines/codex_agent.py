@@ -66,7 +66,7 @@ class CodexEngine:
                           files=files, dirs=("home", "tmp", "codex-home"), stdin_file="prompt.txt",
                           read=tuple(read), write=(job.cwd, *job.extra_write) if profile == "write" else (),
                           network=True,
-                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000,
+                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, **job.launch_checks(), nesting=True,
                           record={"runId": job.run_id, "n": job.n, "engine": "codex"})
 
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict:

@@ -1,6 +1,12 @@
 """The local launcher: a process on this machine, inside the sandbox, in its own process
 group, recorded for the boot reaper, read line by line under an idle watchdog.
 
+Right before each start (after every wait an agent had) its paths are pinned as open
+directories and checked where they really are (pins.py), and those fds are what the
+sandbox binds; a daemon running as root runs the child as the sandbox user, and the
+dirs it makes for the child (the private dir, and what `adopt` is given) become that
+user's (identity.py).
+
 Never waits on stdout EOF alone: once the CLI printed its final event (or the leader
 exited) the group gets a short grace and then SIGKILL, so a grandchild holding stdout
 open cannot keep the agent alive. Under the sandbox the group leader is bubblewrap; its
@@ -17,12 +23,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator, Sequence
 
+import attrs
 import trio
 
-from .. import fsutil
+from .. import fsutil, identity, seccomp
 from ..procs import LineReader, group_process
 from ..sandbox import Confinement, HostLayout, inside_path, wrap
 from ..spawn import Child
+from .pins import Pinned, pin
 from .spec import LaunchSpec, OnLine, ProcResult, Started, placed
 
 log = logging.getLogger("swarmbase.launch")
@@ -30,9 +38,13 @@ log = logging.getLogger("swarmbase.launch")
 REAP_AFTER_FINAL_S = 1.0
 
 
+class SandboxUnavailable(Exception):
+    """The host cannot run children in the sandbox; the message says why and what to do."""
+
+
 class LocalLauncher:
     def __init__(self, *, mode: str, homes: Path, procs: Path, forbidden: Sequence[Path] = (),
-                 layout: HostLayout | None = None) -> None:
+                 layout: HostLayout | None = None, sandbox_user: str | None = None) -> None:
         self.mode = mode
         self.homes = homes
         self.procs = procs
@@ -40,26 +52,65 @@ class LocalLauncher:
         # Paths no sandbox may show, not even as part of a parent dir asked for.
         self.forbidden = [os.path.realpath(p) for p in forbidden]
         self.spawned = 0
+        # Who children run as when the daemon is root (None: the daemon's own user).
+        self.user = identity.resolve(sandbox_user)
+
+    def adopt(self, path: str | os.PathLike[str]) -> None:
+        """Make a dir the daemon made for its children (a run's work/, a worktree's
+        checkout) theirs: owned by the sandbox user when the daemon is root."""
+        identity.adopt(self.user, path)
+
+    async def self_check(self) -> None:
+        """Start one trivial child in the sandbox; SandboxUnavailable naming the cause if the host
+        cannot (no user namespaces, bwrap refused, no libseccomp), so the daemon never runs
+        agents with privilege silently."""
+        if self.mode == "none":
+            return
+        limit = identity.userns_limit()
+        who = self.user.describe() if self.user is not None else "the daemon's user"
+        if limit == 0:
+            raise SandboxUnavailable("the sandbox needs user namespaces, and /proc/sys/user/max_user_namespaces "
+                                     "is 0 on this host: allow them, or set \"sandbox\": \"none\" (agents then "
+                                     "run unconfined)")
+        try:
+            seccomp.program("strict")
+        except seccomp.SeccompUnavailable as e:
+            raise SandboxUnavailable(f"the sandbox's seccomp filter cannot be built: {e}") from None
+        lines: list[bytes] = []
+
+        def on_line(line: bytes) -> bool:
+            lines.append(line)
+            return False
+        spec = LaunchSpec(argv=("/usr/bin/env", "true"), env={"PATH": "/usr/bin:/bin"}, cwd="/usr",
+                          key="self-check", dirs=(), idle_timeout=60.0)
+        res = await self.run(spec, on_line)
+        if res.spawn_error or res.exit_code != 0:
+            said = b" ".join(lines).decode(errors="replace")[:500] or res.spawn_error or f"exit {res.exit_code}"
+            raise SandboxUnavailable(f"the sandbox cannot start a child as {who}: {said} "
+                                     f"(/proc/sys/user/max_user_namespaces: {limit}). Unprivileged user "
+                                     "namespaces must be allowed (on Ubuntu 24.04+ also for bwrap under AppArmor), "
+                                     "or set \"sandbox\": \"none\" (agents then run unconfined)")
 
     @property
     def confined(self) -> bool:
         """Whether processes see only what they asked for (engines may skip deny-lists)."""
         return self.mode != "none"
 
-    def _allowed(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return not any(f == real or f.startswith(real.rstrip("/") + "/") for f in self.forbidden)
+    def _pin(self, spec: LaunchSpec, private: Path | None) -> Pinned:
+        return pin(key=spec.key, cwd=spec.cwd, read=spec.read, write=spec.write,
+                   private=str(private) if private is not None else None, forbidden=self.forbidden,
+                   state_dirs=spec.state_dirs, cwd_roots=spec.cwd_roots, caller_paths=spec.caller_paths)
 
-    def confinement(self, spec: LaunchSpec, private: Path | None) -> Confinement:
-        read = [p for p in spec.read if self._allowed(p)]
-        for p in spec.read:
-            if p not in read:
-                log.warning("not mounting %s for %s: it contains the daemon's state", p, spec.key)
-        write = [p for p in spec.write if self._allowed(p)]
-        if len(write) != len(spec.write):
-            raise PermissionError(f"refusing to let {spec.key} write a directory holding the daemon's state")
-        return Confinement(cwd=spec.cwd, read=tuple(read), write=tuple(write),
+    def confinement(self, spec: LaunchSpec, private: Path | None, pinned: Pinned) -> Confinement:
+        """What the child may see; with the sandbox, bound by the pinned fds, with its
+        seccomp filter and overlay files in fresh fds (closed by the caller)."""
+        conf = Confinement(cwd=spec.cwd, read=tuple(pinned.read), write=tuple(pinned.write),
                            private=str(private) if private else None, network=spec.network)
+        if self.mode == "none":
+            return conf
+        data = tuple((_memfd(body), path) for path, body in spec.overlays.items())
+        return attrs.evolve(conf, fds=dict(pinned.fds), data=data, nesting=spec.nesting, user=self.user,
+                            seccomp_fd=seccomp.program_fd("nesting" if spec.nesting else "strict"))
 
     def _prepare(self, spec: LaunchSpec) -> Path | None:
         if not (spec.dirs or spec.files or spec.stdin_file):
@@ -72,6 +123,7 @@ class LocalLauncher:
             target = private / rel
             target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fsutil.write_atomic(target, data, durable=False)
+        identity.adopt_tree(self.user, private)
         return private
 
     @asynccontextmanager
@@ -79,28 +131,37 @@ class LocalLauncher:
                    stderr: int | None = None, grace: float = 1.0) -> AsyncIterator[Child]:
         """The process with the pipes asked for, killed as a group on exit; its private
         dir is made before and deleted after (in a worker thread: a burst of agents made
-        and removed hundreds of files on the event loop)."""
+        and removed hundreds of files on the event loop). Its paths are pinned here, after
+        every wait the caller had."""
         private = await trio.to_thread.run_sync(self._prepare, spec) if (spec.dirs or spec.files or spec.stdin_file) else None
+        to_close: set[int] = set()
         try:
-            conf = self.confinement(spec, private)
+            pinned = self._pin(spec, private)
+            to_close.update(pinned.fds.values())
+            conf = self.confinement(spec, private, pinned)
+            to_close.update(conf.passed_fds())
             argv, env = placed(spec, inside_path(conf, self.mode, str(private)) if private else "")
             stdin_file = None
             if spec.stdin_file is not None and private is not None:
                 stdin_file = open(private / spec.stdin_file, "rb")
                 stdin = stdin_file.fileno()
             try:
-                async with group_process(wrap(self.mode, self.layout, conf, argv), env=env, cwd=spec.cwd,
+                # Under the sandbox bwrap's --chdir places the child; bwrap itself starts in /.
+                async with group_process(wrap(self.mode, self.layout, conf, argv), env=env,
+                                         cwd=spec.cwd if self.mode == "none" else "/",
                                          stdin=stdin, stdout=stdout, stderr=stderr, grace=grace,
                                          limits=spec.limits, record=self.procs / f"{spec.key}.json",
-                                         record_extra=spec.record,
+                                         record_extra=spec.record, pass_fds=conf.passed_fds(),
                                          # bubblewrap's --die-with-parent sets the signal itself
                                          parent_death=self.mode == "none") as proc:
                     self.spawned += 1
+                    _close_all(to_close)      # the child has its copies
                     yield proc
             finally:
                 if stdin_file is not None:
                     stdin_file.close()
         finally:
+            _close_all(to_close)
             if private is not None:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(shutil.rmtree, private, True)
@@ -118,6 +179,22 @@ class LocalLauncher:
         except OSError as e:
             res.spawn_error = f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None) else "")
         return res
+
+
+def _memfd(body: bytes) -> int:
+    fd = os.memfd_create("swarmbase-overlay", os.MFD_CLOEXEC)
+    os.write(fd, body)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _close_all(fds: set[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
 
 
 async def _pump(proc: Child, on_line: OnLine, idle_timeout: float, res: ProcResult) -> None:

@@ -30,6 +30,14 @@ class LaunchSpec:
     read: tuple[str, ...] = ()                 # host paths the process must be able to read
     write: tuple[str, ...] = ()                # host paths it may write (besides its private dir)
     network: bool = True
+    # Launch-time checks (launch/pins.py): daemon-made dirs under the state dir this process
+    # may have mounted (its run's work/, its worktree); the caller's roots, and the paths
+    # (its cwd, a worktree's repository dirs) that must still resolve under them.
+    state_dirs: tuple[str, ...] = ()
+    cwd_roots: tuple[str, ...] = ()
+    caller_paths: tuple[str, ...] = ()
+    nesting: bool = False                      # the process builds a sandbox of its own (codex)
+    overlays: Mapping[str, bytes] = attrs.field(factory=dict)  # read-only files laid over these paths
     idle_timeout: float = 300.0
     limits: Limits = Limits()
     record: Mapping[str, Any] = attrs.field(factory=dict)    # extra fields for the process record

@@ -29,6 +29,7 @@ from ..engines.strict_schema import StrictSchemaError, strict
 from ..engines.verdict import Verdict
 from ..runner import AgentCallError
 from . import answers, nudge, records, worktrees
+from .git_sandbox import SandboxedGit
 from .agent_opts import AgentOptions, OptionError, resolve
 from .budget import MIN_USD, BudgetSpent
 from .model import iso
@@ -68,6 +69,7 @@ class Agents:
         self.launcher = launcher
         self.launchers: dict[str, Any] = {"local": launcher}    # by placement; the daemon adds "ray"
         self.global_slots = trio.Semaphore(cfg.maxConcurrentAgents)
+        self.git = SandboxedGit(launcher)          # worktrees' git: untrusted work, in the sandbox
 
     @property
     def spawned(self) -> int:
@@ -112,7 +114,9 @@ class Agents:
         try:
             if o.isolation == "worktree":
                 try:
-                    await worktrees.repository(o.cwd or str(self.sup.store.work_dir(live.run)))
+                    work = os.path.realpath(self.sup.store.work_dir(live.run))
+                    await worktrees.repository(o.cwd or work, git=self.git,
+                                               roots=tuple(live.caller.cwdRoots) if o.cwd else (work,))
                 except worktrees.WorktreeError as e:
                     raise AgentCallError(str(e)) from None
             if o.engine == "codex" and o.schema is not None:
@@ -260,29 +264,43 @@ class Agents:
                       reserved_tokens: int, usage: LiveUsage, launcher: Any) -> Verdict:
         run = live.run
         api_key = self._read_key(live)
-        cwd = o.cwd or str(self.sup.store.work_dir(run))
-        os.makedirs(cwd, exist_ok=True)
+        # A caller's cwd is checked again at launch, under its roots; the run's work/ (and a
+        # worktree) are the daemon's own, handed to the sandbox user.
+        roots = tuple(live.caller.cwdRoots) if o.cwd else ()
+        cwd = o.cwd or os.path.realpath(self.sup.store.work_dir(run))
+        state_dirs: tuple[str, ...] = ()
+        if not o.cwd:
+            os.makedirs(cwd, exist_ok=True)
+            self.launcher.adopt(cwd)
+            state_dirs = (cwd,)
+        caller_paths: tuple[str, ...] = (cwd,) if o.cwd else ()
         wt = None
         if o.isolation == "worktree":
             try:
-                wt = await worktrees.create(cwd, self.sup.store.dir(run) / "worktrees", run.id, rec.n, o.base)
+                wt = await worktrees.create(cwd, self.sup.store.dir(run) / "worktrees", run.id, rec.n, o.base,
+                                            git=self.git, roots=roots or state_dirs, keep=self.sup.keeps_work(run),
+                                            adopt=self.launcher.adopt)
             except worktrees.WorktreeError as e:
                 raise AgentCallError(str(e)) from None
             cwd = wt.cwd
+            state_dirs += (wt.path,)
+            caller_paths = (wt.common, wt.gitdir) if o.cwd else ()
         rec.cwd = cwd
         job = AgentJob(run_id=run.id, n=rec.n, label=rec.label, engine=o.engine, model=o.model, effort=o.effort,
                        profile=o.profile, schema=o.schema, prompt=prompt, cwd=cwd, api_key=api_key,
                        max_usd=reserved, max_tokens=reserved_tokens, caller_max_profile=live.caller.maxProfile,
                        timeout_ms=o.timeout_ms,
                        secret_files=tuple(p for p in [live.caller.apiKeyFile, str(self.cfg.path)] if p),
-                       extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else ())
+                       extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else (),
+                       state_dirs=state_dirs, cwd_roots=roots, caller_paths=caller_paths)
         try:
             return await self._turns(live, rec, o, prompt, reserved, usage, job, launcher)
         finally:
             if wt is not None:
                 with trio.CancelScope(shield=True):
                     try:
-                        rec.branch = await worktrees.finish(wt, rec.n, rec.label, keep=self.sup.keeps_work(run))
+                        rec.branch = await worktrees.finish(wt, rec.n, rec.label, keep=self.sup.keeps_work(run),
+                                                            git=self.git)
                     except worktrees.WorktreeError as e:
                         log.error("agent %s/%d: its worktree could not be committed: %s", run.id, rec.n, e)
                         rec.branch = {"branch": wt.branch, "commit": None, "error": str(e)}
