@@ -12,6 +12,8 @@ or not — never how to confine it. What the sandbox gives, with mode "bwrap":
   it forked or setsid'd; and --die-with-parent ties that init to the daemon (the daemon
   forks only from its long-lived spawning thread, see spawn.py);
 - no network namespace of its own unless `network` is False (runners): then --unshare-net.
+  An agent's allow-listed namespace is made before bubblewrap (launch/egress.py), so
+  bubblewrap inherits it; `hosts_fd` is that namespace's /etc/hosts.
 Mode "none" adds nothing: the private dir is used in place.
 
 Pure functions; `HostLayout.probe()` is the only I/O (read once at start-up).
@@ -60,6 +62,7 @@ class Confinement:
     write: tuple[str, ...] = ()
     private: str | None = None
     network: bool = True
+    hosts_fd: int | None = None               # an inherited fd whose contents become /etc/hosts
 
 
 def inside_path(c: Confinement, mode: str, path: str) -> str:
@@ -87,6 +90,8 @@ def bwrap_argv(layout: HostLayout, c: Confinement) -> list[str]:
         argv += ["--ro-bind", d, d]
     for f in ETC_FILES:
         argv += ["--ro-bind-try", f, f]
+    if c.hosts_fd is not None:
+        argv += ["--ro-bind-data", str(c.hosts_fd), "/etc/hosts"]
     system = ["/usr", *layout.dirs]
     writes = list(dict.fromkeys(os.path.abspath(p) for p in c.write))
     for p in dict.fromkeys(os.path.abspath(p) for p in c.read):

@@ -173,11 +173,12 @@ class Limits:
 
 async def open_child(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
                      stdin: int | None = None, stdout: int | None = None, stderr: int | None = None,
-                     limits: Limits = Limits(), parent_death: bool = True) -> Child:
+                     limits: Limits = Limits(), parent_death: bool = True, pass_fds: Sequence[int] = ()) -> Child:
     """Start argv in a new session (its pid is its pgid), from the spawning thread, with a
     parent-death signal and `limits`. `stdin`/`stdout`/`stderr`: PIPE, an fd, None
     (inherit), or subprocess.STDOUT for stderr. parent_death=False: the command sets the
-    signal itself (bubblewrap's --die-with-parent)."""
+    signal itself (bubblewrap's --die-with-parent). `pass_fds` stay open in the child at
+    their numbers (every other fd is closed)."""
     fds: dict[str, int] = {}
     ours: dict[str, int] = {}
     theirs: list[int] = []
@@ -194,7 +195,8 @@ async def open_child(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | 
         command, setup = exec_wrapped(argv, limits.rlimits(), parent_death)
         popen = await on_spawner(lambda: subprocess.Popen(
             command, stdin=fds.get("stdin"), stdout=fds.get("stdout"), stderr=fds.get("stderr"),
-            env=dict(env), cwd=cwd, start_new_session=True, preexec_fn=setup, close_fds=True))
+            env=dict(env), cwd=cwd, start_new_session=True, preexec_fn=setup, close_fds=True,
+            pass_fds=tuple(pass_fds)))
     except BaseException:
         for fd in ours.values():
             os.close(fd)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import attrs
 
+from ..launch.egress import Endpoint, endpoints
 from ..launch.spec import Launcher
 from ..prices import Tokens
 from .verdict import Verdict
@@ -49,6 +50,13 @@ class AgentJob:
     secret_files: tuple[str, ...] = ()
     extra_read: tuple[str, ...] = ()          # e.g. a worktree's repository .git (read-only)
     extra_write: tuple[str, ...] = ()         # e.g. a worktree's own admin dir under that .git
+    network: tuple[str, ...] = ()             # the caller's `network` entries (write agents may reach them)
+
+    def egress(self, model_api: Endpoint, profile: str | None = None) -> tuple[Endpoint, ...]:
+        """What this agent's network may reach: its model API, and for a write agent (the
+        profile it really runs with, when the engine lowered it) the caller's hosts too."""
+        extra = [ep for entry in self.network for ep in endpoints(entry)] if (profile or self.profile) == "write" else []
+        return tuple(dict.fromkeys([model_api, *extra]))
 
     @property
     def key(self) -> str:

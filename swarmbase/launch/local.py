@@ -23,6 +23,7 @@ from .. import fsutil
 from ..procs import LineReader, group_process
 from ..sandbox import Confinement, HostLayout, inside_path, wrap
 from ..spawn import Child
+from .netns import Namespace, relaying
 from .spec import LaunchSpec, OnLine, ProcResult, Started, placed
 
 log = logging.getLogger("swarmbase.launch")
@@ -32,8 +33,9 @@ REAP_AFTER_FINAL_S = 1.0
 
 class LocalLauncher:
     def __init__(self, *, mode: str, homes: Path, procs: Path, forbidden: Sequence[Path] = (),
-                 layout: HostLayout | None = None) -> None:
+                 layout: HostLayout | None = None, netns_mode: str = "auto") -> None:
         self.mode = mode
+        self.netns_mode = netns_mode          # "userns": always with a user namespace (tests)
         self.homes = homes
         self.procs = procs
         self.layout = layout or HostLayout.probe()
@@ -50,7 +52,7 @@ class LocalLauncher:
         real = os.path.realpath(path)
         return not any(f == real or f.startswith(real.rstrip("/") + "/") for f in self.forbidden)
 
-    def confinement(self, spec: LaunchSpec, private: Path | None) -> Confinement:
+    def confinement(self, spec: LaunchSpec, private: Path | None, hosts_fd: int | None = None) -> Confinement:
         read = [p for p in spec.read if self._allowed(p)]
         for p in spec.read:
             if p not in read:
@@ -59,7 +61,7 @@ class LocalLauncher:
         if len(write) != len(spec.write):
             raise PermissionError(f"refusing to let {spec.key} write a directory holding the daemon's state")
         return Confinement(cwd=spec.cwd, read=tuple(read), write=tuple(write),
-                           private=str(private) if private else None, network=spec.network)
+                           private=str(private) if private else None, network=spec.network, hosts_fd=hosts_fd)
 
     def _prepare(self, spec: LaunchSpec) -> Path | None:
         if not (spec.dirs or spec.files or spec.stdin_file):
@@ -81,26 +83,34 @@ class LocalLauncher:
         dir is made before and deleted after (in a worker thread: a burst of agents made
         and removed hundreds of files on the event loop)."""
         private = await trio.to_thread.run_sync(self._prepare, spec) if (spec.dirs or spec.files or spec.stdin_file) else None
+        ns = None
         try:
-            conf = self.confinement(spec, private)
+            if self.mode == "bwrap" and spec.network and spec.egress is not None:
+                ns = Namespace(spec.egress, self.netns_mode)
+            conf = self.confinement(spec, private, ns.hosts_fd if ns else None)
             argv, env = placed(spec, inside_path(conf, self.mode, str(private)) if private else "")
+            command = wrap(self.mode, self.layout, conf, argv)
             stdin_file = None
             if spec.stdin_file is not None and private is not None:
                 stdin_file = open(private / spec.stdin_file, "rb")
                 stdin = stdin_file.fileno()
             try:
-                async with group_process(wrap(self.mode, self.layout, conf, argv), env=env, cwd=spec.cwd,
+                async with group_process(ns.argv(command) if ns else command, env=env, cwd=spec.cwd,
                                          stdin=stdin, stdout=stdout, stderr=stderr, grace=grace,
                                          limits=spec.limits, record=self.procs / f"{spec.key}.json",
                                          record_extra=spec.record,
                                          # bubblewrap's --die-with-parent sets the signal itself
-                                         parent_death=self.mode == "none") as proc:
-                    self.spawned += 1
-                    yield proc
+                                         parent_death=self.mode == "none",
+                                         pass_fds=ns.pass_fds if ns else ()) as proc:
+                    async with relaying(ns, spec.key):
+                        self.spawned += 1
+                        yield proc
             finally:
                 if stdin_file is not None:
                     stdin_file.close()
         finally:
+            if ns is not None:
+                ns.close()
             if private is not None:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(shutil.rmtree, private, True)

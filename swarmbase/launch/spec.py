@@ -2,7 +2,8 @@
 
 An engine never knows where or how its process runs: it names the program, its
 environment, the files it needs written into a private dir before it starts, the host
-paths it must read or write, and whether it needs the network. Values in argv and env may
+paths it must read or write, and whether it needs the network and where to (`egress`).
+Values in argv and env may
 contain AGENT_DIR, replaced by the launcher with the private dir as the process sees it
 (a fixed mount inside the sandbox, the host path without one, a node-local path on Ray).
 """
@@ -14,6 +15,7 @@ from typing import Any, Callable, Mapping, Protocol
 import attrs
 
 from ..spawn import Limits
+from .egress import Endpoint
 
 AGENT_DIR = "@AGENT_DIR@"
 
@@ -30,6 +32,9 @@ class LaunchSpec:
     read: tuple[str, ...] = ()                 # host paths the process must be able to read
     write: tuple[str, ...] = ()                # host paths it may write (besides its private dir)
     network: bool = True
+    # With network: the only host:port it may reach (launch/egress.py); None: the host's
+    # whole network (a launcher without network namespaces: Ray nodes, sandbox "none").
+    egress: tuple[Endpoint, ...] | None = None
     idle_timeout: float = 300.0
     limits: Limits = Limits()
     record: Mapping[str, Any] = attrs.field(factory=dict)    # extra fields for the process record

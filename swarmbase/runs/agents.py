@@ -275,7 +275,8 @@ class Agents:
                        max_usd=reserved, max_tokens=reserved_tokens, caller_max_profile=live.caller.maxProfile,
                        timeout_ms=o.timeout_ms,
                        secret_files=tuple(p for p in [live.caller.apiKeyFile, str(self.cfg.path)] if p),
-                       extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else ())
+                       extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else (),
+                       network=tuple(live.caller.network))
         try:
             return await self._turns(live, rec, o, prompt, reserved, usage, job, launcher)
         finally:

@@ -1,0 +1,177 @@
+"""The network allow-list below the daemon: entries and plans (pure), netns_init and the
+relay against real namespaces and real sockets (as root, in both namespace modes), and
+what each engine's spec may reach. The end-to-end cases with the real CLIs and a real
+daemon process are in tests/test_network.py."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from swarmbase import config
+from swarmbase.engines.base import AgentJob
+from swarmbase.launch import egress
+from swarmbase.launch.egress import Endpoint, endpoints, plan, url_endpoint
+from swarmbase.launch.local import LocalLauncher
+from swarmbase.launch.netns import NETNS_INIT
+from swarmbase.launch.spec import LaunchSpec
+
+from .conftest import write_config
+
+
+def test_entries() -> None:
+    assert endpoints("PyPI.org") == (Endpoint("pypi.org", 443), Endpoint("pypi.org", 80))
+    assert endpoints("git.example.com:22") == (Endpoint("git.example.com", 22),)
+    assert endpoints("[::1]:8080") == (Endpoint("::1", 8080),)
+    assert endpoints("10.0.0.5:443") == (Endpoint("10.0.0.5", 443),)
+    for bad, why in (("https://pypi.org", "not host or host:port"), ("*.github.com", "not a host name"),
+                     ("pypi.org/simple", "not host or host:port"), ("x.org:0", "between 1 and 65535"),
+                     ("x.org:70000", "between 1 and 65535"), ("[2001:db8::1]:443", "other than ::1"),
+                     ("-x.org", "not a host name"), ("", "not host or host:port")):
+        assert why in (egress.entry_error(bad) or ""), bad
+
+
+def test_base_urls() -> None:
+    assert url_endpoint("https://gw.example/anthropic") == Endpoint("gw.example", 443)
+    assert url_endpoint("http://127.0.0.1:4010") == Endpoint("127.0.0.1", 4010)
+    assert url_endpoint("http://[::1]:9/x") == Endpoint("::1", 9)
+    assert url_endpoint(egress.ANTHROPIC_API) == Endpoint("api.anthropic.com", 443)
+    assert "not an http" in egress.url_error("ftp://x")
+    assert "between 1 and 65535" in egress.url_error("http://x:99999")
+
+
+def test_plan_gives_names_their_own_loopback_address() -> None:
+    p = plan([Endpoint("127.0.0.1", 4010), Endpoint("api.example", 443), Endpoint("127.0.0.2", 80),
+              Endpoint("api.example", 80), Endpoint("pypi.org", 443), Endpoint("localhost", 9),
+              Endpoint("::1", 7), Endpoint("api.example", 443)])
+    assert [(d.inside, str(d.to)) for d in p.doors] == [
+        ("127.0.0.1:4010", "127.0.0.1:4010"), ("127.0.0.3:443", "api.example:443"),
+        ("127.0.0.2:80", "127.0.0.2:80"), ("127.0.0.3:80", "api.example:80"), ("127.0.0.4:443", "pypi.org:443"),
+        ("127.0.0.1:9", "localhost:9"), ("[::1]:7", "[::1]:7")]
+    assert p.hosts == egress.HOSTS_HEAD + "127.0.0.3\tapi.example\n127.0.0.4\tpypi.org\n"
+
+
+def test_config_network_entries(tmp_path: Path) -> None:
+    path, _ = write_config(tmp_path / "s", caller_extra={"network": ["pypi.org", "github.com:22"]})
+    assert config.load(path).callers[0].network == ["pypi.org", "github.com:22"]
+    path, _ = write_config(tmp_path / "t", caller_extra={"network": ["pypi.org", "*.github.com"]})
+    with pytest.raises(config.ConfigError, match=r"callers\[0\]\.network\[1\]: '\*\.github\.com': not a host name"):
+        config.load(path)
+    path, _ = write_config(tmp_path / "u", engines={"claude": {"bin": "/bin/true", "baseUrl": "gw.example"}})
+    with pytest.raises(config.ConfigError, match=r"engines\.claude\.baseUrl: 'gw\.example' is not an http"):
+        config.load(path)
+
+
+def test_only_write_agents_get_the_callers_hosts() -> None:
+    api = Endpoint("gw.example", 443)
+    job = AgentJob(run_id="r", n=1, label="", engine="claude", model=None, effort=None, profile="read", schema=None,
+                   prompt="p", cwd="/", api_key="k", max_usd=1, max_tokens=1, caller_max_profile="write",
+                   timeout_ms=1, network=("pypi.org", "api.example:8443"))
+    assert job.egress(api) == (api,)
+    assert job.egress(api, "think") == (api,)
+    assert job.egress(api, "write") == (api, Endpoint("pypi.org", 443), Endpoint("pypi.org", 80),
+                                        Endpoint("api.example", 8443))
+
+
+def test_netns_init_reports_what_failed() -> None:
+    """A door it cannot open: the daemon is told why, the command never runs."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.run([sys.executable, "-I", "-S", NETNS_INIT, str(theirs.fileno()), "auto", "127.0.0.1:7",
+                           "127.0.0.1:7", "--", "/bin/sh", "-c", "echo RAN"], pass_fds=(theirs.fileno(),),
+                          capture_output=True, timeout=60)
+    theirs.close()
+    msg, fds, _, _ = socket.recv_fds(ours, 4096, 4)
+    assert proc.returncode == 70 and b"RAN" not in proc.stdout
+    assert msg == b"error: Address already in use" and fds == []
+
+
+async def serve_hello(lsock: socket.socket, word: bytes) -> None:
+    s = trio.socket.from_stdlib_socket(lsock)
+    while True:
+        conn, _ = await s.accept()
+        with conn:
+            await conn.recv(4096)
+            await conn.send(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(word), word))
+
+
+def listener() -> tuple[socket.socket, int]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s, s.getsockname()[1]
+
+
+@pytest.mark.parametrize("mode", ["auto", "userns"])
+@pytest.mark.timeout(60)
+async def test_a_process_reaches_its_doors_and_nothing_else(tmp_path: Path, mode: str) -> None:
+    """In "auto" as root the namespace is a plain one; "userns" is what a daemon that is not
+    root gets (a user namespace of its own around it). Both: the allowed port works,
+    another loopback port is refused, a listed name reaches the relay, another name does
+    not resolve, and the namespace is not the daemon's."""
+    allowed, ap = listener()
+    other, op = listener()
+    (tmp_path / "procs").mkdir()
+    launcher = LocalLauncher(mode="bwrap", homes=tmp_path / "homes", procs=tmp_path / "procs", netns_mode=mode)
+    probe = (f"readlink /proc/self/ns/net; cat /etc/hosts; "
+             f"for u in http://127.0.0.1:{ap}/ http://127.0.0.1:{op}/ http://listed.invalid:9/ http://other.invalid/; "
+             f"do curl -sS -m 20 $u 2>&1; echo \" rc=$? $u\"; done")
+    spec = LaunchSpec(argv=("/bin/sh", "-c", probe), env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path), key="k",
+                      read=(str(tmp_path),), egress=(Endpoint("127.0.0.1", ap), Endpoint("listed.invalid", 9)))
+    lines: list[str] = []
+    with trio.fail_after(50):
+        async with trio.open_nursery() as n:
+            n.start_soon(serve_hello, allowed, b"allowed")
+            n.start_soon(serve_hello, other, b"other")
+            res = await launcher.run(spec, lambda line: lines.append(line.decode()) and False)
+            n.cancel_scope.cancel()
+    allowed.close()
+    other.close()
+    out = "\n".join(lines)
+    assert res.exit_code == 0, out
+    assert lines[0] != os.readlink("/proc/self/ns/net")
+    assert lines[1:4] == plan(spec.egress).hosts.splitlines()          # its /etc/hosts, and only that
+    assert lines[3] == "127.0.0.2\tlisted.invalid"
+    assert f"allowed rc=0 http://127.0.0.1:{ap}/" in out
+    assert f"rc=7 http://127.0.0.1:{op}/" in out and "other rc" not in out
+    assert "rc=56 http://listed.invalid:9/" in out or "rc=52 http://listed.invalid:9/" in out   # reached the relay
+    assert "rc=6 http://other.invalid/" in out                                                 # never resolved
+
+
+async def test_the_relay_half_closes_and_counts() -> None:
+    """A client that sends its request and shuts down writing still gets the whole answer."""
+    upstream, up = listener()
+    door = egress.Door(inside="127.0.0.1:0", to=Endpoint("127.0.0.1", up))
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen()
+    port = lsock.getsockname()[1]
+    relay = egress.Relay("k", [door], [lsock])
+
+    async def echo_after_eof() -> None:
+        s = trio.socket.from_stdlib_socket(upstream)
+        conn, _ = await s.accept()
+        got = b""
+        while chunk := await conn.recv(4096):
+            got += chunk
+        await conn.send(b"saw " + got)
+        conn.close()
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as n:
+            n.start_soon(relay.serve)
+            n.start_soon(echo_after_eof)
+            client = await trio.open_tcp_stream("127.0.0.1", port)
+            await client.send_all(b"x" * 100_000)
+            await client.send_eof()
+            answer = b""
+            while chunk := await client.receive_some(65536):
+                answer += chunk
+            await client.aclose()
+            n.cancel_scope.cancel()
+    assert answer == b"saw " + b"x" * 100_000 and relay.carried == 1 and relay.failed == 0
