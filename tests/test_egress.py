@@ -19,7 +19,8 @@ from swarmbase.engines.base import AgentJob
 from swarmbase.launch import egress
 from swarmbase.launch.egress import Endpoint, endpoints, plan, url_endpoint
 from swarmbase.launch.local import LocalLauncher
-from swarmbase.launch.netns import NETNS_INIT
+from swarmbase.launch.netns import NETNS_INIT, Namespace, NamespaceError
+from swarmbase.spawn import on_spawner
 from swarmbase.launch.spec import LaunchSpec
 
 from .conftest import write_config
@@ -107,17 +108,18 @@ def listener() -> tuple[socket.socket, int]:
     return s, s.getsockname()[1]
 
 
-@pytest.mark.parametrize("mode", ["auto", "userns"])
+@pytest.mark.parametrize("kind", ["thread", "helper", "userns"])
 @pytest.mark.timeout(60)
-async def test_a_process_reaches_its_doors_and_nothing_else(tmp_path: Path, mode: str) -> None:
-    """In "auto" as root the namespace is a plain one; "userns" is what a daemon that is not
-    root gets (a user namespace of its own around it). Both: the allowed port works,
+async def test_a_process_reaches_its_doors_and_nothing_else(tmp_path: Path, kind: str) -> None:
+    """"thread": made by the daemon (root); "helper": by netns_init (a plain namespace as
+    root); "userns": by netns_init inside a user namespace, which is what a daemon that is
+    not root gets. Each: the allowed port works,
     another loopback port is refused, a listed name reaches the relay, another name does
     not resolve, and the namespace is not the daemon's."""
     allowed, ap = listener()
     other, op = listener()
     (tmp_path / "procs").mkdir()
-    launcher = LocalLauncher(mode="bwrap", homes=tmp_path / "homes", procs=tmp_path / "procs", netns_mode=mode)
+    launcher = LocalLauncher(mode="bwrap", homes=tmp_path / "homes", procs=tmp_path / "procs", netns_kind=kind)
     probe = (f"readlink /proc/self/ns/net; cat /etc/hosts; "
              f"for u in http://127.0.0.1:{ap}/ http://127.0.0.1:{op}/ http://listed.invalid:9/ http://other.invalid/; "
              f"do curl -sS -m 20 $u 2>&1; echo \" rc=$? $u\"; done")
@@ -141,6 +143,25 @@ async def test_a_process_reaches_its_doors_and_nothing_else(tmp_path: Path, mode
     assert f"rc=7 http://127.0.0.1:{op}/" in out and "other rc" not in out
     assert "rc=56 http://listed.invalid:9/" in out or "rc=52 http://listed.invalid:9/" in out   # reached the relay
     assert "rc=6 http://other.invalid/" in out                                                 # never resolved
+    assert await on_spawner(spawner_ns) == os.readlink("/proc/self/ns/net")
+
+
+def spawner_ns() -> str:
+    return os.readlink("/proc/thread-self/ns/net")
+
+
+async def test_the_spawning_thread_goes_back_when_a_door_cannot_open() -> None:
+    door = egress.Door(inside="127.0.0.1:7", to=Endpoint("127.0.0.1", 7))
+    ns = Namespace([], "thread")
+    ns.plan = egress.EgressPlan(doors=(door, door), hosts="")
+
+    def enter() -> None:
+        with ns.around_fork():
+            raise AssertionError("the fork would have run")
+    with pytest.raises(NamespaceError, match="Address already in use"):
+        await on_spawner(enter)
+    ns.close()
+    assert await on_spawner(spawner_ns) == os.readlink("/proc/self/ns/net")
 
 
 async def test_the_relay_half_closes_and_counts() -> None:

@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import subprocess
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import AsyncIterator, Sequence
 
@@ -22,8 +22,8 @@ import trio
 from .. import fsutil
 from ..procs import LineReader, group_process
 from ..sandbox import Confinement, HostLayout, inside_path, wrap
-from ..spawn import Child
-from .netns import Namespace, relaying
+from ..spawn import Child, on_spawner
+from .netns import Namespace, relaying, thread_can_unshare
 from .spec import LaunchSpec, OnLine, ProcResult, Started, placed
 
 log = logging.getLogger("swarmbase.launch")
@@ -33,9 +33,11 @@ REAP_AFTER_FINAL_S = 1.0
 
 class LocalLauncher:
     def __init__(self, *, mode: str, homes: Path, procs: Path, forbidden: Sequence[Path] = (),
-                 layout: HostLayout | None = None, netns_mode: str = "auto") -> None:
+                 layout: HostLayout | None = None, netns_kind: str | None = None) -> None:
         self.mode = mode
-        self.netns_mode = netns_mode          # "userns": always with a user namespace (tests)
+        # How agents' namespaces are made (launch/netns.py); None: "thread" if the spawning
+        # thread may make one, else "helper" (found out at the first agent).
+        self.netns_kind = netns_kind
         self.homes = homes
         self.procs = procs
         self.layout = layout or HostLayout.probe()
@@ -86,7 +88,11 @@ class LocalLauncher:
         ns = None
         try:
             if self.mode == "bwrap" and spec.network and spec.egress is not None:
-                ns = Namespace(spec.egress, self.netns_mode)
+                if self.netns_kind is None:
+                    self.netns_kind = "thread" if await on_spawner(thread_can_unshare) else "helper"
+                    log.info("agents' network namespaces are made %s", "by the daemon" if self.netns_kind == "thread"
+                             else "by a helper process (the daemon may not make them)")
+                ns = Namespace(spec.egress, self.netns_kind)
             conf = self.confinement(spec, private, ns.hosts_fd if ns else None)
             argv, env = placed(spec, inside_path(conf, self.mode, str(private)) if private else "")
             command = wrap(self.mode, self.layout, conf, argv)
@@ -101,7 +107,8 @@ class LocalLauncher:
                                          record_extra=spec.record,
                                          # bubblewrap's --die-with-parent sets the signal itself
                                          parent_death=self.mode == "none",
-                                         pass_fds=ns.pass_fds if ns else ()) as proc:
+                                         pass_fds=ns.pass_fds if ns else (),
+                                         around_fork=ns.around_fork if ns else nullcontext) as proc:
                     async with relaying(ns, spec.key):
                         self.spawned += 1
                         yield proc

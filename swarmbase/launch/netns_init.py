@@ -1,31 +1,29 @@
-"""Run as `python -I -S netns_init.py FD MODE ADDR... -- COMMAND...`, before bubblewrap:
-give COMMAND a network namespace of its own whose only open doors are listening sockets
-the daemon holds.
+"""A network namespace whose only open doors are listening sockets the daemon holds: the
+pieces that make one (`unshare_net`, `lo_up`, `listen_all`), used in two ways.
 
-It leaves the daemon's network namespace (MODE "auto": a plain new netns when it may, else
-a user namespace too, mapping its own uid to root there, which is what a daemon that is
-not root can do; "userns" forces the second), brings `lo` up, binds and listens on each
-ADDR (`127.0.0.2:443`, `[::1]:8080`; a non-loopback IPv4 address is first added to `lo`),
-hands the listening sockets to the daemon over the Unix socket FD (SCM_RIGHTS, in ADDR
-order, with "ok"), and execs COMMAND, which inherits the namespace and none of the
-sockets. On any fault it sends "error: <why>" instead and exits 70.
+- In the daemon (netns.py, when it may make network namespaces: root): on the spawning
+  thread, just before the fork, so the child is born in it; the thread goes back after.
+- As a helper, `python -I -S netns_init.py FD MODE ADDR... -- COMMAND...`, for a daemon
+  that may not (not root: a threaded process can neither make a user namespace nor enter
+  a network namespace without CAP_SYS_ADMIN): MODE "auto" tries a plain network namespace,
+  then one inside a user namespace of its own that maps its uid to root (what anyone may
+  do); "userns" goes straight to the second. It binds each ADDR, hands the listening
+  sockets to the daemon over the inherited Unix socket FD (SCM_RIGHTS, in ADDR order, with
+  "ok"), and execs COMMAND (bubblewrap), which inherits the namespace and none of the
+  sockets. On a fault it sends "error: <why>" instead and exits 70.
 
-Why here and not inside the sandbox: binding port 443 needs CAP_NET_BIND_SERVICE over the
-namespace, which an agent (no capabilities, maybe not uid 0) lacks; this runs before
-bubblewrap drops them. Why a process at all: a daemon that is not root cannot enter a new
-network namespace (setns needs CAP_SYS_ADMIN in its own user namespace, and a threaded
-process cannot make a user namespace). Standard library only, no site: it starts in
-~12 ms and is replaced by bubblewrap, so nothing of it stays resident.
+Why before the sandbox: binding port 443 needs CAP_NET_BIND_SERVICE over the namespace,
+which an agent (no capabilities, maybe not uid 0) lacks. ADDR is `127.0.0.2:443` or
+`[::1]:8080`; a non-loopback IPv4 address is added to `lo` first (an alias, /32), since the
+namespace has no other route. Standard library C modules only and no site, so the helper
+starts in about the time of a bare interpreter; bubblewrap replaces it.
 """
 
 from __future__ import annotations
 
-import array
-import ctypes
+import _socket
 import fcntl
 import os
-import socket
-import struct
 import sys
 
 CLONE_NEWNET = 0x40000000
@@ -39,67 +37,84 @@ def split_addr(text: str) -> tuple[int, str, int]:
     """`127.0.0.2:443` / `[::1]:443` -> (family, host, port)."""
     host, _, port = text.rpartition(":")
     if host.startswith("["):
-        return socket.AF_INET6, host[1:-1], int(port)
-    return socket.AF_INET, host, int(port)
+        return _socket.AF_INET6, host[1:-1], int(port)
+    return _socket.AF_INET, host, int(port)
 
 
-def _unshare(libc: ctypes.CDLL, mode: str) -> None:
-    if mode == "auto" and libc.unshare(CLONE_NEWNET) == 0:
-        return
+def unshare_net(libc: object, mode: str) -> None:
+    """Leave the caller's network namespace (the calling thread only, in a threaded
+    process). mode "thread"/"auto": a plain one (needs CAP_SYS_ADMIN); "auto" then falls
+    back, and "userns" goes straight, to one inside a new user namespace (single-threaded
+    processes only)."""
+    import ctypes
+    if mode != "userns":
+        if libc.unshare(CLONE_NEWNET) == 0:  # type: ignore[attr-defined]
+            return
+        if mode != "auto":
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER|CLONE_NEWNET)")
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:  # type: ignore[attr-defined]
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
 
 
 def _ifreq(name: str, tail: bytes) -> bytes:
-    return struct.pack("16s", name.encode()) + tail.ljust(24, b"\0")
+    return name.encode().ljust(16, b"\0") + tail.ljust(24, b"\0")
 
 
 def _sockaddr_in(ip: str) -> bytes:
-    return struct.pack("=H2s4s", socket.AF_INET, b"\0\0", socket.inet_aton(ip))
+    return _socket.AF_INET.to_bytes(2, sys.byteorder) + b"\0\0" + _socket.inet_aton(ip)
 
 
-def _lo_up(ctl: socket.socket) -> None:
-    flags = struct.unpack("16sH", fcntl.ioctl(ctl, SIOCGIFFLAGS, struct.pack("16sH", b"lo", 0))[:18])[1]
-    fcntl.ioctl(ctl, SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | IFF_UP))
-
-
-def _add_to_lo(ctl: socket.socket, ip: str, label: str) -> None:
-    """An alias `lo:N` holding `ip`/32, so a listener can bind it and connects to it stay
-    local (the namespace has no other route)."""
-    fcntl.ioctl(ctl, SIOCSIFADDR, _ifreq(label, _sockaddr_in(ip)))
-    fcntl.ioctl(ctl, SIOCSIFNETMASK, _ifreq(label, _sockaddr_in("255.255.255.255")))
-
-
-def listen_all(addrs: list[str]) -> list[socket.socket]:
-    ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def lo_up() -> None:
+    ctl = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
     try:
-        _lo_up(ctl)
-        aliases: dict[str, None] = {}
-        out = []
+        flags = int.from_bytes(fcntl.ioctl(ctl.fileno(), SIOCGIFFLAGS, _ifreq("lo", b""))[16:18], sys.byteorder)
+        fcntl.ioctl(ctl.fileno(), SIOCSIFFLAGS, _ifreq("lo", (flags | IFF_UP).to_bytes(2, sys.byteorder)))
+    finally:
+        ctl.close()
+
+
+def listen_all(addrs: list[str]) -> list[int]:
+    """Bring `lo` up and listen on each address; returns the sockets' fds (close-on-exec)."""
+    lo_up()
+    ctl = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    fds: list[int] = []
+    try:
+        aliases: list[str] = []
         for text in addrs:
             family, host, port = split_addr(text)
-            if family == socket.AF_INET and not host.startswith("127.") and host not in aliases:
-                aliases[host] = None
-                _add_to_lo(ctl, host, f"lo:{len(aliases)}")
-            s = socket.socket(family, socket.SOCK_STREAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, port))
-            s.listen(128)
-            out.append(s)
-        return out
+            if family == _socket.AF_INET and not host.startswith("127.") and host not in aliases:
+                aliases.append(host)
+                label = f"lo:{len(aliases)}"
+                fcntl.ioctl(ctl.fileno(), SIOCSIFADDR, _ifreq(label, _sockaddr_in(host)))
+                fcntl.ioctl(ctl.fileno(), SIOCSIFNETMASK, _ifreq(label, _sockaddr_in("255.255.255.255")))
+            s = _socket.socket(family, _socket.SOCK_STREAM)
+            try:
+                s.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+                s.bind((host, port))
+                s.listen(128)
+            except BaseException:
+                s.close()
+                raise
+            fds.append(s.detach())
+        return fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
     finally:
         ctl.close()
 
 
 def main(argv: list[str]) -> int:
+    import ctypes
     fd, mode = int(argv[1]), argv[2]
     sep = argv.index("--")
     addrs, command = argv[3:sep], argv[sep + 1:]
-    channel = socket.socket(fileno=fd)
+    channel = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, fd)
     libc = ctypes.CDLL(None, use_errno=True)
     parent = os.getppid()
     # Kept across the exec (bubblewrap is not setuid): the window before its own
@@ -108,15 +123,16 @@ def main(argv: list[str]) -> int:
     if os.getppid() != parent:
         return 70
     try:
-        _unshare(libc, mode)
-        listeners = listen_all(addrs)
-    except OSError as e:
-        channel.sendmsg([f"error: {e.strerror or e}{f' ({e.filename})' if e.filename else ''}".encode()])
+        unshare_net(libc, mode)
+        fds = listen_all(addrs)
+    except (OSError, ValueError, OverflowError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        channel.sendmsg([f"error: {why}".encode()])
         return 70
-    fds = array.array("i", [s.fileno() for s in listeners])
-    channel.sendmsg([b"ok"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())] if listeners else [])
-    for s in listeners:
-        s.close()
+    rights = b"".join(f.to_bytes(4, sys.byteorder, signed=True) for f in fds)
+    channel.sendmsg([b"ok"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)] if fds else [])
+    for f in fds:
+        os.close(f)
     channel.close()
     os.execv(command[0], command)
     return 70   # not reached
