@@ -164,35 +164,47 @@ async def test_the_spawning_thread_goes_back_when_a_door_cannot_open() -> None:
     assert await on_spawner(spawner_ns) == os.readlink("/proc/self/ns/net")
 
 
-async def test_the_relay_half_closes_and_counts() -> None:
-    """A client that sends its request and shuts down writing still gets the whole answer."""
+async def test_the_relay_half_closes_and_delivers_what_a_dead_client_sent() -> None:
+    """A client that sends its request and shuts down writing still gets the whole answer;
+    one that writes and closes at once has all it wrote delivered when the relay drains."""
     upstream, up = listener()
     door = egress.Door(inside="127.0.0.1:0", to=Endpoint("127.0.0.1", up))
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen()
-    port = lsock.getsockname()[1]
-    relay = egress.Relay("k", [door], [lsock])
+    lsock, port = listener()
+    relay = egress.Relay("k", [door])
+    received: list[bytes] = []
 
-    async def echo_after_eof() -> None:
+    async def read_to_eof_then_answer() -> None:
         s = trio.socket.from_stdlib_socket(upstream)
-        conn, _ = await s.accept()
-        got = b""
-        while chunk := await conn.recv(4096):
-            got += chunk
-        await conn.send(b"saw " + got)
-        conn.close()
+        for _ in range(2):
+            conn, _ = await s.accept()
+            with conn:
+                got = b""
+                while chunk := await conn.recv(65536):
+                    got += chunk
+                received.append(got)
+                await conn.send(b"saw %d" % len(got))
+
+    async def roundtrip(data: bytes, read: bool) -> bytes:
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        await client.send_all(data)
+        answer = b""
+        if read:
+            await client.send_eof()
+            while chunk := await client.receive_some(65536):
+                answer += chunk
+        await client.aclose()
+        return answer
 
     with trio.fail_after(30):
         async with trio.open_nursery() as n:
-            n.start_soon(relay.serve)
-            n.start_soon(echo_after_eof)
-            client = await trio.open_tcp_stream("127.0.0.1", port)
-            await client.send_all(b"x" * 100_000)
-            await client.send_eof()
-            answer = b""
-            while chunk := await client.receive_some(65536):
-                answer += chunk
-            await client.aclose()
+            n.start_soon(read_to_eof_then_answer)
+            relay.start(n, [lsock])
+            assert await roundtrip(b"x" * 100_000, read=True) == b"saw 100000"
+            await roundtrip(b"y" * 3_000_000, read=False)         # written, closed, never read
+            await relay.drain(grace=25)
+            assert relay.sending == 0
+            while len(received) < 2:            # the destination reads what was delivered
+                await trio.sleep(0.01)
             n.cancel_scope.cancel()
-    assert answer == b"saw " + b"x" * 100_000 and relay.carried == 1 and relay.failed == 0
+    assert received == [b"x" * 100_000, b"y" * 3_000_000]
+    assert relay.carried == 2 and relay.failed == 0 and relay.sending == 0

@@ -177,30 +177,45 @@ async def _copy(src: trio.abc.Stream, dst: trio.abc.Stream, pair: trio.CancelSco
 
 
 class Relay:
-    """Accepts on each door (listening sockets handed over by netns_init, in door order)
-    and carries every connection to that door's destination, both ways, half-closes
-    included. Runs until cancelled (the agent's end), which closes everything."""
+    """Accepts on each door (listening sockets in door order) and carries every connection
+    to that door's destination, both ways, half-closes included, in tasks of `nursery`.
 
-    def __init__(self, key: str, doors: Sequence[Door], listeners: Sequence[socket.socket],
-                 connect: Connect = trio.open_tcp_stream) -> None:
-        assert len(doors) == len(listeners)
+    `drain()` ends it, once the process group is dead, like a network would: no new
+    connections, and what the agent already sent is still delivered (a client that wrote
+    and exited has its last bytes carried out, as the kernel would have flushed them),
+    for at most `grace` seconds; answers have nobody left to read them and are cut."""
+
+    def __init__(self, key: str, doors: Sequence[Door], connect: Connect = trio.open_tcp_stream) -> None:
         self.key = key
         self.doors = list(doors)
-        self.listeners = [trio.socket.from_stdlib_socket(s) for s in listeners]
         self.connect = connect
         self.carried = 0
         self.failed = 0
+        self.sending = 0             # connections whose agent-to-destination half is not done
+        self._accepting = trio.CancelScope()
+        self._changed = trio.Event()
 
-    async def serve(self) -> None:
+    def start(self, nursery: trio.Nursery, listeners: Sequence[socket.socket]) -> None:
+        assert len(listeners) == len(self.doors)
+        nursery.start_soon(self._accept_all, [trio.socket.from_stdlib_socket(s) for s in listeners], nursery)
+
+    async def drain(self, grace: float) -> None:
+        self._accepting.cancel()
+        with trio.move_on_after(grace):
+            while self.sending:
+                await self._changed.wait()
+
+    async def _accept_all(self, listeners: list[trio.socket.SocketType], nursery: trio.Nursery) -> None:
         try:
-            async with trio.open_nursery() as n:
-                for door, lsock in zip(self.doors, self.listeners):
-                    n.start_soon(self._accept, door, lsock, n)
+            with self._accepting:
+                async with trio.open_nursery() as n:
+                    for door, lsock in zip(self.doors, listeners):
+                        n.start_soon(self._accept, door, lsock, nursery)
         finally:
-            for s in self.listeners:
+            for s in listeners:
                 s.close()
 
-    async def _accept(self, door: Door, lsock: trio.socket.SocketType, n: trio.Nursery) -> None:
+    async def _accept(self, door: Door, lsock: trio.socket.SocketType, nursery: trio.Nursery) -> None:
         while True:
             try:
                 conn, _ = await lsock.accept()
@@ -208,18 +223,39 @@ class Relay:
                 log.warning("agent %s: accept on %s failed: %s", self.key, door.inside, e)
                 await trio.sleep(0.5)
                 continue
-            n.start_soon(self._carry, door, trio.SocketStream(conn))
+            self.sending += 1
+            nursery.start_soon(self._carry, door, trio.SocketStream(conn))
 
     async def _carry(self, door: Door, inside: trio.SocketStream) -> None:
-        async with inside:
+        done = False
+
+        def sent() -> None:
+            """Once per connection: its agent-to-destination half is over."""
+            nonlocal done
+            if not done:
+                done = True
+                self.sending -= 1
+                self._changed.set()
+                self._changed = trio.Event()
+
+        async def upstream(outside: trio.abc.Stream, pair: trio.CancelScope) -> None:
             try:
-                outside = await self.connect(door.to.host, door.to.port)
-            except OSError as e:
-                self.failed += 1
-                log.info("agent %s: could not reach %s: %s", self.key, door.to, e)
-                return
-            self.carried += 1
-            async with outside:
-                async with trio.open_nursery() as pair:
-                    pair.start_soon(_copy, inside, outside, pair.cancel_scope)
-                    pair.start_soon(_copy, outside, inside, pair.cancel_scope)
+                await _copy(inside, outside, pair)
+            finally:
+                sent()
+
+        try:
+            async with inside:
+                try:
+                    outside = await self.connect(door.to.host, door.to.port)
+                except OSError as e:
+                    self.failed += 1
+                    log.info("agent %s: could not reach %s: %s", self.key, door.to, e)
+                    return
+                self.carried += 1
+                async with outside:
+                    async with trio.open_nursery() as pair:
+                        pair.start_soon(upstream, outside, pair.cancel_scope)
+                        pair.start_soon(_copy, outside, inside, pair.cancel_scope)
+        finally:
+            sent()

@@ -101,17 +101,18 @@ class LocalLauncher:
                 stdin_file = open(private / spec.stdin_file, "rb")
                 stdin = stdin_file.fileno()
             try:
-                async with group_process(ns.argv(command) if ns else command, env=env, cwd=spec.cwd,
-                                         stdin=stdin, stdout=stdout, stderr=stderr, grace=grace,
-                                         limits=spec.limits, record=self.procs / f"{spec.key}.json",
-                                         record_extra=spec.record,
-                                         # bubblewrap's --die-with-parent sets the signal itself
-                                         parent_death=self.mode == "none",
-                                         pass_fds=ns.pass_fds if ns else (),
-                                         around_fork=ns.around_fork if ns else nullcontext) as proc:
-                    async with relaying(ns, spec.key):
-                        self.spawned += 1
-                        yield proc
+                async with relaying(ns, spec.key) as relay, \
+                        group_process(ns.argv(command) if ns else command, env=env, cwd=spec.cwd,
+                                      stdin=stdin, stdout=stdout, stderr=stderr, grace=grace,
+                                      limits=spec.limits, record=self.procs / f"{spec.key}.json",
+                                      record_extra=spec.record,
+                                      # bubblewrap's --die-with-parent sets the signal itself
+                                      parent_death=self.mode == "none",
+                                      pass_fds=ns.pass_fds if ns else (),
+                                      around_fork=ns.around_fork if ns else nullcontext) as proc:
+                    await relay.start()
+                    self.spawned += 1
+                    yield proc
             finally:
                 if stdin_file is not None:
                     stdin_file.close()

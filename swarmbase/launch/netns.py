@@ -34,6 +34,7 @@ from .egress import EgressPlan, Endpoint, Relay, plan
 
 log = logging.getLogger("swarmbase.launch")
 
+DRAIN_S = 5.0          # what a dead agent's open connections get to deliver what it sent
 NETNS_INIT = str(Path(__file__).resolve().with_name("netns_init.py"))
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -142,17 +143,34 @@ class Namespace:
         return self.listeners
 
 
+class RelayScope:
+    """The relay of one process: `start()` once the process is spawned (its doors are then
+    known); it drains after the block that opened it, which holds the process group, has
+    killed the group."""
+
+    def __init__(self, ns: Namespace | None, key: str, nursery: trio.Nursery) -> None:
+        self.ns = ns
+        self.relay = Relay(key, ns.plan.doors) if ns else None
+        self._nursery = nursery
+
+    async def start(self) -> None:
+        if self.ns is None or self.relay is None:
+            return
+        self.ns.close_child_fds()
+        listeners = await self.ns.doors()
+        self.ns.listeners = []                # the relay owns (and closes) them now
+        self.relay.start(self._nursery, listeners)
+
+
 @asynccontextmanager
-async def relaying(ns: Namespace | None, key: str) -> AsyncIterator[Relay | None]:
-    """Around a started process: carry its doors' connections until the block ends.
-    Without a namespace, nothing."""
-    if ns is None:
-        yield None
-        return
-    ns.close_child_fds()
-    relay = Relay(key, ns.plan.doors, await ns.doors())
-    ns.listeners = []                   # the relay owns (and closes) them now
+async def relaying(ns: Namespace | None, key: str) -> AsyncIterator[RelayScope]:
+    """Open before the process starts; without a namespace, a scope that does nothing."""
     async with trio.open_nursery() as n:
-        n.start_soon(relay.serve)
-        yield relay
-        n.cancel_scope.cancel()
+        scope = RelayScope(ns, key, n)
+        try:
+            yield scope
+        finally:
+            if scope.relay is not None:
+                with trio.CancelScope(shield=True):
+                    await scope.relay.drain(DRAIN_S)
+            n.cancel_scope.cancel()
