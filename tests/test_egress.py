@@ -16,7 +16,7 @@ import trio
 
 from swarmbase import config
 from swarmbase.engines.base import AgentJob
-from swarmbase.launch import egress
+from swarmbase.launch import egress, netns
 from swarmbase.launch.egress import Endpoint, endpoints, plan, url_endpoint
 from swarmbase.launch.local import LocalLauncher
 from swarmbase.launch.netns import NETNS_INIT, Namespace, NamespaceError
@@ -144,6 +144,30 @@ async def test_a_process_reaches_its_doors_and_nothing_else(tmp_path: Path, kind
     assert "rc=56 http://listed.invalid:9/" in out or "rc=52 http://listed.invalid:9/" in out   # reached the relay
     assert "rc=6 http://other.invalid/" in out                                                 # never resolved
     assert await on_spawner(spawner_ns) == os.readlink("/proc/self/ns/net")
+
+
+@pytest.mark.parametrize("kind", ["thread", "helper"])
+@pytest.mark.timeout(60)
+async def test_a_door_on_a_lan_address(tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A non-loopback IPv4 literal (a gateway by address) gets that address on the
+    namespace's `lo`; here its door leads to a loopback listener, so nothing depends on
+    the machine's network."""
+    target, tp = listener()
+    door = egress.Door(inside="10.9.8.7:80", to=Endpoint("127.0.0.1", tp))
+    monkeypatch.setattr(netns, "plan", lambda allowed: egress.EgressPlan(doors=(door,), hosts=egress.HOSTS_HEAD))
+    (tmp_path / "procs").mkdir()
+    launcher = LocalLauncher(mode="bwrap", homes=tmp_path / "homes", procs=tmp_path / "procs", netns_kind=kind)
+    spec = LaunchSpec(argv=("/bin/sh", "-c", "curl -sS -m 20 http://10.9.8.7/ 2>&1; echo \" rc=$?\""),
+                      env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path), key="k", read=(str(tmp_path),),
+                      egress=(Endpoint("10.9.8.7", 80),))
+    lines: list[str] = []
+    with trio.fail_after(50):
+        async with trio.open_nursery() as n:
+            n.start_soon(serve_hello, target, b"lan")
+            await launcher.run(spec, lambda line: lines.append(line.decode()) and False)
+            n.cancel_scope.cancel()
+    target.close()
+    assert lines == ["lan rc=0"]
 
 
 def spawner_ns() -> str:

@@ -131,7 +131,9 @@ class EgressPlan:
     hosts: str         # the agent's /etc/hosts
 
 
-HOSTS_HEAD = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+# `localhost` is IPv4 only inside: its doors are on 127.0.0.1, and a client that tried ::1
+# first would be refused there.
+HOSTS_HEAD = "127.0.0.1\tlocalhost\n::1\tip6-localhost ip6-loopback\n"
 
 
 def _loopback(k: int) -> str:
