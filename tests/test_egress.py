@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -225,6 +226,8 @@ async def test_the_relay_half_closes_and_delivers_what_a_dead_client_sent() -> N
             relay.start(n, [lsock])
             assert await roundtrip(b"x" * 100_000, read=True) == b"saw 100000"
             await roundtrip(b"y" * 3_000_000, read=False)         # written, closed, never read
+            while relay.carried < 2:                              # (a drain drops what is not connected yet)
+                await trio.sleep(0.01)
             await relay.drain(grace=25)
             assert relay.sending == 0
             while len(received) < 2:            # the destination reads what was delivered
@@ -232,3 +235,26 @@ async def test_the_relay_half_closes_and_delivers_what_a_dead_client_sent() -> N
             n.cancel_scope.cancel()
     assert received == [b"x" * 100_000, b"y" * 3_000_000]
     assert relay.carried == 2 and relay.failed == 0 and relay.sending == 0
+
+
+def test_what_each_engine_asks_for(tmp_path: Path) -> None:
+    """claude: baseUrl's host:port, or the vendor API without one; codex: the meter, never
+    its gateway; a write agent: the caller's hosts too; every spec asks for a namespace."""
+    from swarmbase.engines.claude_agent import ClaudeEngine
+    from swarmbase.engines.codex_agent import CodexEngine
+    from swarmbase.engines.meter import Meter
+    job = AgentJob(run_id="r", n=1, label="", engine="claude", model=None, effort=None, profile="write", schema=None,
+                   prompt="p", cwd=str(tmp_path), api_key="k", max_usd=1, max_tokens=1, caller_max_profile="write",
+                   timeout_ms=1, network=("pypi.org:443",))
+    for base, api in ((None, Endpoint("api.anthropic.com", 443)), ("https://gw.example:8443/a", Endpoint("gw.example", 8443))):
+        path, _ = write_config(tmp_path / f"c{bool(base)}", engines={"claude": {"bin": "/bin/true", "baseUrl": base},
+                                                                    "codex": {"bin": "/bin/true", "baseUrl": "https://gw.example/c",
+                                                                              "defaultModel": "m"}})
+        cfg = config.load(path)
+        assert ClaudeEngine(cfg).spec(job).egress == (api, Endpoint("pypi.org", 443))
+        assert ClaudeEngine(cfg).spec(attrs.evolve(job, profile="read")).egress == (api,)
+    meter = Meter()
+    meter.url = "http://127.0.0.1:5555"
+    codex = CodexEngine(cfg, meter, deny=lambda: ())
+    assert codex.spec(job, "b", "write", True).egress == (Endpoint("127.0.0.1", 5555), Endpoint("pypi.org", 443))
+    assert codex.spec(job, "b", "read", True).egress == (Endpoint("127.0.0.1", 5555),)

@@ -185,7 +185,8 @@ class Relay:
     `drain()` ends it, once the process group is dead, like a network would: no new
     connections, and what the agent already sent is still delivered (a client that wrote
     and exited has its last bytes carried out, as the kernel would have flushed them),
-    for at most `grace` seconds; answers have nobody left to read them and are cut."""
+    for at most `grace` seconds; answers have nobody left to read them and are cut, and so
+    is a connection still connecting (its client is gone)."""
 
     def __init__(self, key: str, doors: Sequence[Door], connect: Connect = trio.open_tcp_stream) -> None:
         self.key = key
@@ -193,7 +194,7 @@ class Relay:
         self.connect = connect
         self.carried = 0
         self.failed = 0
-        self.sending = 0             # connections whose agent-to-destination half is not done
+        self.sending = 0             # connected, and the agent-to-destination half is not done
         self._accepting = trio.CancelScope()
         self._changed = trio.Event()
 
@@ -225,11 +226,10 @@ class Relay:
                 log.warning("agent %s: accept on %s failed: %s", self.key, door.inside, e)
                 await trio.sleep(0.5)
                 continue
-            self.sending += 1
             nursery.start_soon(self._carry, door, trio.SocketStream(conn))
 
     async def _carry(self, door: Door, inside: trio.SocketStream) -> None:
-        done = False
+        done = True                  # until connected: a drain does not wait for a connect
 
         def sent() -> None:
             """Once per connection: its agent-to-destination half is over."""
@@ -255,6 +255,8 @@ class Relay:
                     log.info("agent %s: could not reach %s: %s", self.key, door.to, e)
                     return
                 self.carried += 1
+                self.sending += 1
+                done = False
                 async with outside:
                     async with trio.open_nursery() as pair:
                         pair.start_soon(upstream, outside, pair.cancel_scope)
