@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -17,7 +18,7 @@ import trio
 
 from swarmbase import config
 from swarmbase.engines.base import AgentJob
-from swarmbase.launch import egress, netns
+from swarmbase.launch import egress, local, netns
 from swarmbase.launch.egress import Endpoint, endpoints, plan, url_endpoint
 from swarmbase.launch.local import LocalLauncher
 from swarmbase.launch.netns import NETNS_INIT, Namespace, NamespaceError
@@ -258,3 +259,37 @@ def test_what_each_engine_asks_for(tmp_path: Path) -> None:
     codex = CodexEngine(cfg, meter, deny=lambda: ())
     assert codex.spec(job, "b", "write", True).egress == (Endpoint("127.0.0.1", 5555), Endpoint("pypi.org", 443))
     assert codex.spec(job, "b", "read", True).egress == (Endpoint("127.0.0.1", 5555),)
+
+
+@pytest.mark.parametrize("kind", ["thread", "helper", "userns"])
+@pytest.mark.timeout(60)
+async def test_doors_work_for_a_child_without_privilege(tmp_path: Path, kind: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child as uid 1000 in a user namespace of bubblewrap's, every capability dropped
+    (the confinement issue 20 asks for): port 443 and a loopback port still open, since
+    the daemon made the doors before; the namespace still cannot be changed from inside."""
+    real_wrap = local.wrap
+
+    def unprivileged(mode: str, layout: Any, c: Any, command: Any) -> list[str]:
+        argv = real_wrap(mode, layout, c, command)
+        return [argv[0], "--unshare-user", "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL", *argv[1:]]
+    monkeypatch.setattr(local, "wrap", unprivileged)
+    target, tp = listener()
+    tmp_path.chmod(0o755)
+    (tmp_path / "procs").mkdir()
+    launcher = LocalLauncher(mode="bwrap", homes=tmp_path / "homes", procs=tmp_path / "procs", netns_kind=kind)
+    probe = (f"id -u; grep CapEff /proc/self/status; curl -sS -m 20 http://127.0.0.1:{tp}/; echo; "
+             "curl -sS -m 20 http://api.invalid:443/ 2>/dev/null; echo \"rc=$?\"; "
+             "ip link set lo down 2>/dev/null; echo \"lo-down=$?\"")
+    spec = LaunchSpec(argv=("/bin/sh", "-c", probe), env={"PATH": "/usr/bin:/bin:/sbin"}, cwd=str(tmp_path), key="k",
+                      read=(str(tmp_path),), egress=(Endpoint("127.0.0.1", tp), Endpoint("api.invalid", 443)))
+    lines: list[str] = []
+    with trio.fail_after(50):
+        async with trio.open_nursery() as n:
+            n.start_soon(serve_hello, target, b"door")
+            await launcher.run(spec, lambda line: lines.append(line.decode()) and False)
+            n.cancel_scope.cancel()
+    target.close()
+    assert lines[:3] == ["1000", "CapEff:\t0000000000000000", "door"], lines
+    assert lines[3] in ("rc=52", "rc=56"), lines          # api.invalid:443 has its door (the relay cannot resolve it)
+    assert lines[4] != "lo-down=0", lines
