@@ -4,11 +4,12 @@ around its life. Two ways to make the namespace (netns_init.py has the pieces):
 - "thread" (a daemon that may make network namespaces: root). On the spawning thread,
   around the fork: the thread leaves for a new namespace, brings `lo` up, listens on the
   doors, forks the child (born there), and goes back. The daemon holds the listeners from
-  the start; nothing extra runs. Cost: one namespace, a few sockets (bench/isolation.py).
+  the start; nothing extra runs. Cost: what bubblewrap's own --unshare-net costs (one
+  namespace; measured within noise of a start on the host's network, median of 50).
 - "helper" (anyone else) and "userns" (the same, always with a user namespace; tests):
   the command is prefixed with `python -I -S netns_init.py`, which makes the namespace,
   hands the listeners over an inherited Unix socket pair, then execs bubblewrap. Costs an
-  interpreter start (bench/isolation.py).
+  interpreter start: +35 to +60 ms a process here (bench/isolation.py, loaded 2 cores).
 
 Either way the child's /etc/hosts comes from a memfd (bubblewrap's --ro-bind-data), and
 nothing is passed by path: no socket file to bind-mount, so the child's uid, user
@@ -19,7 +20,6 @@ namespace gets the same doors), and no other process can connect to the pair.
 from __future__ import annotations
 
 import ctypes
-import logging
 import os
 import socket
 import sys
@@ -31,8 +31,6 @@ import trio
 
 from . import netns_init
 from .egress import EgressPlan, Endpoint, Relay, plan
-
-log = logging.getLogger("swarmbase.launch")
 
 DRAIN_S = 5.0          # what a dead agent's open connections get to deliver what it sent
 NETNS_INIT = str(Path(__file__).resolve().with_name("netns_init.py"))
