@@ -293,3 +293,20 @@ async def test_doors_work_for_a_child_without_privilege(tmp_path: Path, kind: st
     assert lines[:3] == ["1000", "CapEff:\t0000000000000000", "door"], lines
     assert lines[3] in ("rc=52", "rc=56"), lines          # api.invalid:443 has its door (the relay cannot resolve it)
     assert lines[4] != "lo-down=0", lines
+
+
+async def test_a_namespace_that_cannot_be_made_fails_the_launch_clearly(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper cannot open a door: the launch ends with a spawn error naming why, as
+    any other launch failure (an OSError, not an exception group), and nothing ran."""
+    door = egress.Door(inside="127.0.0.1:7", to=Endpoint("127.0.0.1", 7))
+    monkeypatch.setattr(netns, "plan", lambda allowed: egress.EgressPlan(doors=(door, door), hosts=""))
+    (tmp_path / "procs").mkdir()
+    launcher = LocalLauncher(mode="bwrap", homes=tmp_path / "homes", procs=tmp_path / "procs", netns_kind="helper")
+    spec = LaunchSpec(argv=("/bin/echo", "RAN"), env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path), key="k",
+                      read=(str(tmp_path),), egress=(Endpoint("127.0.0.1", 7),))
+    lines: list[bytes] = []
+    with trio.fail_after(30):
+        res = await launcher.run(spec, lambda line: lines.append(line) and False)
+    assert res.spawn_error == "could not make the agent's network namespace: Address already in use"
+    assert lines == [] and list((tmp_path / "procs").iterdir()) == []

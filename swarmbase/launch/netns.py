@@ -146,13 +146,13 @@ class RelayScope:
     known); it drains after the block that opened it, which holds the process group, has
     killed the group."""
 
-    def __init__(self, ns: Namespace | None, key: str, nursery: trio.Nursery) -> None:
+    def __init__(self, ns: Namespace | None, key: str, nursery: trio.Nursery | None) -> None:
         self.ns = ns
         self.relay = Relay(key, ns.plan.doors) if ns else None
         self._nursery = nursery
 
     async def start(self) -> None:
-        if self.ns is None or self.relay is None:
+        if self.ns is None or self.relay is None or self._nursery is None:
             return
         self.ns.close_child_fds()
         listeners = await self.ns.doors()
@@ -162,13 +162,23 @@ class RelayScope:
 
 @asynccontextmanager
 async def relaying(ns: Namespace | None, key: str) -> AsyncIterator[RelayScope]:
-    """Open before the process starts; without a namespace, a scope that does nothing."""
-    async with trio.open_nursery() as n:
-        scope = RelayScope(ns, key, n)
-        try:
-            yield scope
-        finally:
-            if scope.relay is not None:
-                with trio.CancelScope(shield=True):
-                    await scope.relay.drain(DRAIN_S)
-            n.cancel_scope.cancel()
+    """Open before the process starts; without a namespace, a scope that does nothing.
+    What the block raises comes out as itself, not inside an exception group (the relay's
+    nursery would wrap it, and callers catch OSError from a launch)."""
+    if ns is None:
+        yield RelayScope(None, key, None)
+        return
+    try:
+        async with trio.open_nursery() as n:
+            scope = RelayScope(ns, key, n)
+            try:
+                yield scope
+            finally:
+                if scope.relay is not None:
+                    with trio.CancelScope(shield=True):
+                        await scope.relay.drain(DRAIN_S)
+                n.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
