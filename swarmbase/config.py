@@ -19,9 +19,9 @@ from typing import Any, Literal, Optional
 import attrs
 
 from . import jsonc
-from .launch import egress
 from .config_schema import ConfigError, check_object, converter, type_name
 from .config_schema import field as _f
+from .launch import egress
 
 PROFILES = ("think", "read", "write")
 ENGINES = ("claude", "codex")

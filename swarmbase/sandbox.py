@@ -12,7 +12,7 @@ or not — never how to confine it. What the sandbox gives, with mode "bwrap":
   it forked or setsid'd; and --die-with-parent ties that init to the daemon (the daemon
   forks only from its long-lived spawning thread, see spawn.py);
 - no network namespace of its own unless `network` is False (runners): then --unshare-net.
-  An agent's allow-listed namespace is made before bubblewrap (launch/egress.py), so
+  An agent's allow-listed namespace is made before bubblewrap (launch/netns.py), so
   bubblewrap inherits it; `hosts_fd` is that namespace's /etc/hosts.
 Mode "none" adds nothing: the private dir is used in place.
 

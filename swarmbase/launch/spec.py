@@ -3,9 +3,9 @@
 An engine never knows where or how its process runs: it names the program, its
 environment, the files it needs written into a private dir before it starts, the host
 paths it must read or write, and whether it needs the network and where to (`egress`).
-Values in argv and env may
-contain AGENT_DIR, replaced by the launcher with the private dir as the process sees it
-(a fixed mount inside the sandbox, the host path without one, a node-local path on Ray).
+Values in argv and env may contain AGENT_DIR, replaced by the launcher with the private
+dir as the process sees it (a fixed mount inside the sandbox, the host path without one,
+a node-local path on Ray).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class LaunchSpec:
     write: tuple[str, ...] = ()                # host paths it may write (besides its private dir)
     network: bool = True
     # With network: the only host:port it may reach (launch/egress.py); None: the host's
-    # whole network (a launcher without network namespaces: Ray nodes, sandbox "none").
+    # whole network. A launcher without network namespaces (a Ray node, sandbox "none")
+    # gives the host's network whatever this says.
     egress: tuple[Endpoint, ...] | None = None
     idle_timeout: float = 300.0
     limits: Limits = Limits()
