@@ -9,7 +9,7 @@ around its life. Two ways to make the namespace (netns_init.py has the pieces):
 - "helper" (anyone else) and "userns" (the same, always with a user namespace; tests):
   the command is prefixed with `python -I -S netns_init.py`, which makes the namespace,
   hands the listeners over an inherited Unix socket pair, then execs bubblewrap. Costs an
-  interpreter start: +35 to +65 ms a process here (bench/isolation.py, loaded 2 cores).
+  interpreter start: +50 to +65 ms a process here (bench/isolation.py, loaded 2 cores).
 
 Either way the child's /etc/hosts comes from a memfd (bubblewrap's --ro-bind-data), and
 nothing is passed by path: no socket file to bind-mount, so the child's uid, user
