@@ -67,8 +67,11 @@ def write_config(state: Path, extra: dict[str, Any] | None = None, caller: dict[
     return token
 
 
-async def start(state: Path, token: str, nursery: trio.Nursery) -> Daemon:
+async def start(state: Path, token: str, nursery: trio.Nursery, code: Path | None = None) -> Daemon:
+    """`python -m swarmbase` on `state`; `code`: run that checkout's swarmbase instead."""
     env = dict(os.environ, SWARMBASE_CONFIG=str(state / "config.json"))
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     proc = await trio.lowlevel.open_process([sys.executable, "-m", "swarmbase"], env=env, stderr=subprocess.PIPE)
     buf = bytearray()
     while b"listening on" not in buf:

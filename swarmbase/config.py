@@ -21,6 +21,7 @@ import attrs
 from . import identity, jsonc
 from .config_schema import ConfigError, check_object, converter, type_name
 from .config_schema import field as _f
+from .launch import egress
 
 PROFILES = ("think", "read", "write")
 ENGINES = ("claude", "codex")
@@ -121,6 +122,9 @@ class Caller:
     models: ModelLists = _f("models", factory=ModelLists)
     runTimeoutMaxMs: int = _f("runTimeoutMaxMs", 86_400_000, lo=1_000, hi=7 * 86_400_000)
     budgetWarnAt: float = _f("budgetWarnAt", 0.8, lo=0.01, hi=1.0)
+    # Hosts its write agents may reach besides the model API: "host" (ports 443 and 80) or
+    # "host:port" (launch/egress.py).
+    network: list[str] = _f("network", factory=list)
     # Where this caller's agents may run; None: everywhere configured (see `placement`).
     placements: Optional[list[Literal["local", "ray"]]] = _f("placements", None)
 
@@ -335,6 +339,8 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
     cfg = _placement_checks(cfg)
     engines = cfg.engines
     if engines.claude is not None:
+        if engines.claude.baseUrl and (why := egress.url_error(engines.claude.baseUrl)):
+            raise ConfigError(f"engines.claude.baseUrl: {why}")
         engines = attrs.evolve(engines, claude=attrs.evolve(
             engines.claude, bin=resolve_bin(engines.claude.bin, "engines.claude.bin", search_path)))
     if engines.codex is not None and not engines.codex.baseUrl:
@@ -393,6 +399,9 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
             if patterns is not None and not any(fnmatch.fnmatchcase(model, p) for p in patterns):
                 raise ConfigError(f"{where}.models.codex: the caller's codex default model {model!r} is not in "
                                   "its allowlist")
+        for j, entry in enumerate(c.network):
+            if why := egress.entry_error(entry):
+                raise ConfigError(f"{where}.network[{j}]: {why}")
         placements = c.placements
         if placements is None:
             placements = [p for p in PLACEMENTS if p == "local" or cfg.placement.ray is not None]

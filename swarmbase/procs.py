@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import signal
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping, Sequence
+from typing import Any, AsyncIterator, Callable, ContextManager, Mapping, Sequence
 
 import trio
 
@@ -45,12 +45,13 @@ async def group_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: str
                         stdin: int | None = None, stdout: int | None = -1, stderr: int | None = None,
                         grace: float = TERM_GRACE_S, limits: Limits = Limits(),
                         record: Path | None = None, record_extra: Mapping[str, Any] | None = None,
-                        parent_death: bool = True, pass_fds: Sequence[int] = ()) -> AsyncIterator[Child]:
+                        parent_death: bool = True, pass_fds: Sequence[int] = (),
+                        around_fork: Callable[[], ContextManager[Any]] = nullcontext) -> AsyncIterator[Child]:
     """Start argv as the leader of a new session; on exit TERM the group, wait up to
     `grace`, then KILL the group, even if the leader already exited. With `record`, the
     group's pgid and start time are written there for the boot reaper while it lives."""
     proc = await open_child(argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr, limits=limits,
-                            parent_death=parent_death, pass_fds=pass_fds)
+                            parent_death=parent_death, pass_fds=pass_fds, around_fork=around_fork)
     try:
         if record is not None:
             fsutil.write_json(record, {"pgid": proc.pid, "startTime": process_start_time(proc.pid),

@@ -20,6 +20,8 @@ or not — never how to confine it. What the sandbox gives, with mode "bwrap":
   what is mounted is the directory that was checked, not whatever the path names by the
   time bwrap mounts it (a symlink swapped in meanwhile is never followed);
 - no network namespace of its own unless `network` is False (runners): then --unshare-net.
+  An agent's allow-listed namespace is made before bubblewrap (launch/netns.py), so
+  bubblewrap inherits it; `hosts_fd` is that namespace's /etc/hosts.
 Mode "none" adds nothing: the private dir is used in place.
 
 Pure functions; `HostLayout.probe()` is the only I/O (read once at start-up).
@@ -81,13 +83,18 @@ class Confinement:
     seccomp_fd: int | None = None
     nesting: bool = False                    # the child makes namespaces of its own (codex)
     user: SandboxUser | None = None          # drop to this user first (the daemon is root)
+    hosts_fd: int | None = None              # an inherited fd whose contents become /etc/hosts
 
     def passed_fds(self) -> tuple[int, ...]:
         """The fds the sandbox command reads; the child must inherit them."""
-        out = [*self.fds.values(), *(fd for fd, _ in self.data)]
+        out = [*self.fds.values(), *(fd for fd, _ in self.files())]
         if self.seccomp_fd is not None:
             out.append(self.seccomp_fd)
         return tuple(dict.fromkeys(out))
+
+    def files(self) -> tuple[tuple[int, str], ...]:
+        """Every read-only data file: `data`, plus the agent's allow-list /etc/hosts."""
+        return self.data + (((self.hosts_fd, "/etc/hosts"),) if self.hosts_fd is not None else ())
 
 
 def inside_path(c: Confinement, mode: str, path: str) -> str:
@@ -155,7 +162,7 @@ def bwrap_argv(layout: HostLayout, c: Confinement) -> list[str]:
     system = ["/usr", *layout.dirs, *(link for link, _ in layout.symlinks)]
     writes = list(dict.fromkeys(os.path.abspath(p) for p in c.write))
     reads = [p for p in dict.fromkeys(os.path.abspath(p) for p in c.read) if not _covered(p, system) and p not in writes]
-    dests = [*ETC_FILES, *reads, *writes, *((PRIVATE_MOUNT,) if c.private else ()), *(path for _, path in c.data)]
+    dests = [*ETC_FILES, *reads, *writes, *((PRIVATE_MOUNT,) if c.private else ()), *(path for _, path in c.files())]
     argv += _mount_parents(dests, system)
     for f in ETC_FILES:
         argv += ["--ro-bind-try", f, f]
@@ -165,7 +172,7 @@ def bwrap_argv(layout: HostLayout, c: Confinement) -> list[str]:
         argv += _bind(c, p, p, writable=True)
     if c.private:
         argv += _bind(c, c.private, PRIVATE_MOUNT, writable=True)
-    for fd, path in c.data:
+    for fd, path in c.files():
         argv += ["--perms", "0444", "--ro-bind-data", str(fd), path]
     seccomp = ["--seccomp", str(c.seccomp_fd)] if c.seccomp_fd is not None else []
     if c.user is None:

@@ -34,7 +34,8 @@ import shutil
 import signal
 import subprocess
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import attrs
 import outcome
@@ -173,12 +174,15 @@ class Limits:
 
 async def open_child(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
                      stdin: int | None = None, stdout: int | None = None, stderr: int | None = None,
-                     limits: Limits = Limits(), parent_death: bool = True, pass_fds: Sequence[int] = ()) -> Child:
+                     limits: Limits = Limits(), parent_death: bool = True, pass_fds: Sequence[int] = (),
+                     around_fork: Callable[[], ContextManager[Any]] = nullcontext) -> Child:
     """Start argv in a new session (its pid is its pgid), from the spawning thread, with a
     parent-death signal and `limits`. `stdin`/`stdout`/`stderr`: PIPE, an fd, None
     (inherit), or subprocess.STDOUT for stderr. parent_death=False: the command sets the
-    signal itself (bubblewrap's --die-with-parent). `pass_fds`: fds the child inherits
-    (the sandbox's pinned dirs and its seccomp filter)."""
+    signal itself (bubblewrap's --die-with-parent). `pass_fds` stay open in the child at
+    their numbers (the sandbox's pinned dirs, data files and seccomp filter; every other fd
+    is closed). `around_fork()` is entered on the spawning
+    thread around the fork (a namespace the child must be born in, launch/netns.py)."""
     fds: dict[str, int] = {}
     ours: dict[str, int] = {}
     theirs: list[int] = []
@@ -193,10 +197,13 @@ async def open_child(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | 
             elif want is not None:
                 fds[name] = want
         command, setup = exec_wrapped(argv, limits.rlimits(), parent_death)
-        popen = await on_spawner(lambda: subprocess.Popen(
-            command, stdin=fds.get("stdin"), stdout=fds.get("stdout"), stderr=fds.get("stderr"),
-            env=dict(env), cwd=cwd, start_new_session=True, preexec_fn=setup, close_fds=True,
-            pass_fds=tuple(pass_fds)))
+        def fork() -> subprocess.Popen[bytes]:
+            with around_fork():
+                return subprocess.Popen(
+                    command, stdin=fds.get("stdin"), stdout=fds.get("stdout"), stderr=fds.get("stderr"),
+                    env=dict(env), cwd=cwd, start_new_session=True, preexec_fn=setup, close_fds=True,
+                    pass_fds=tuple(pass_fds))
+        popen = await on_spawner(fork)
     except BaseException:
         for fd in ours.values():
             os.close(fd)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import attrs
 
+from ..launch.egress import Endpoint, endpoints
 from ..launch.spec import Launcher
 from ..prices import Tokens
 from .verdict import Verdict
@@ -58,6 +59,13 @@ class AgentJob:
     def launch_checks(self) -> dict[str, tuple[str, ...]]:
         """The LaunchSpec fields that carry them."""
         return {"state_dirs": self.state_dirs, "cwd_roots": self.cwd_roots, "caller_paths": self.caller_paths}
+    network: tuple[str, ...] = ()             # the caller's `network` entries (write agents may reach them)
+
+    def egress(self, model_api: Endpoint, profile: str | None = None) -> tuple[Endpoint, ...]:
+        """What this agent's network may reach: its model API, and for a write agent (the
+        profile it really runs with, when the engine lowered it) the caller's hosts too."""
+        extra = [ep for entry in self.network for ep in endpoints(entry)] if (profile or self.profile) == "write" else []
+        return tuple(dict.fromkeys([model_api, *extra]))
 
     @property
     def key(self) -> str:

@@ -2,7 +2,8 @@
 
 The prompt is a file in the agent's private dir given as stdin (never argv); the private
 dir is its HOME, CLAUDE_CONFIG_DIR and TMPDIR. It reads its cwd (writes it only under the
-write profile) and needs the network for the API. Usage is live from the relayed stream
+write profile); its network reaches the API (baseUrl's host, or the vendor's) and, for a
+write agent, the caller's `network` hosts. Usage is live from the relayed stream
 events, priced from the model's row until the CLI's own cost report arrives.
 """
 
@@ -15,6 +16,7 @@ import attrs
 
 from .. import prices
 from ..config import Config
+from ..launch.egress import ANTHROPIC_API, url_endpoint
 from ..launch.spec import AGENT_DIR, LaunchSpec
 from ..sandbox import interpreter_paths
 from . import claude
@@ -46,6 +48,7 @@ class ClaudeEngine:
                           files={"prompt.txt": job.prompt.encode()}, stdin_file="prompt.txt",
                           read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
                           write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,
+                          egress=job.egress(url_endpoint(engine.baseUrl or ANTHROPIC_API)),
                           idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, **job.launch_checks(),
                           record={"runId": job.run_id, "n": job.n, "engine": "claude"})
 

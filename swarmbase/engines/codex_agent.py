@@ -2,7 +2,9 @@
 
 Its private dir holds HOME and a throwaway CODEX_HOME (config.toml with the permission
 profile and the provider pointing at the meter, the schema file). The CLI authenticates
-to the meter with a per-agent bearer; the caller's gateway token stays in the daemon.
+to the meter with a per-agent bearer; the caller's gateway token stays in the daemon. Its
+network reaches the meter only (a write agent: the caller's `network` hosts too), so the
+CLI's shell reaches neither the gateway directly nor anything else on the host.
 Usage comes from the meter as responses stream; the price row is the model's own (no row:
 $0, the token budget bounds it).
 """
@@ -18,6 +20,7 @@ import trio
 
 from .. import prices
 from ..config import Config
+from ..launch.egress import url_endpoint
 from ..launch.spec import AGENT_DIR, LaunchSpec
 from ..prices import Tokens
 from ..sandbox import interpreter_paths
@@ -65,7 +68,7 @@ class CodexEngine:
         return LaunchSpec(argv=tuple(codex.exec_argv(call, schema_file)), env=env, cwd=job.cwd, key=job.key,
                           files=files, dirs=("home", "tmp", "codex-home"), stdin_file="prompt.txt",
                           read=tuple(read), write=(job.cwd, *job.extra_write) if profile == "write" else (),
-                          network=True,
+                          network=True, egress=job.egress(url_endpoint(self.meter.url), profile),
                           idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, **job.launch_checks(), nesting=True,
                           record={"runId": job.run_id, "n": job.n, "engine": "codex"})
 

@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import subprocess
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import AsyncIterator, Sequence
 
@@ -29,7 +29,8 @@ import trio
 from .. import fsutil, identity, seccomp
 from ..procs import LineReader, group_process
 from ..sandbox import Confinement, HostLayout, inside_path, wrap
-from ..spawn import Child
+from ..spawn import Child, on_spawner
+from .netns import Namespace, relaying, thread_can_unshare
 from .pins import Pinned, pin
 from .spec import LaunchSpec, OnLine, ProcResult, Started, placed
 
@@ -44,8 +45,12 @@ class SandboxUnavailable(Exception):
 
 class LocalLauncher:
     def __init__(self, *, mode: str, homes: Path, procs: Path, forbidden: Sequence[Path] = (),
-                 layout: HostLayout | None = None, sandbox_user: str | None = None) -> None:
+                 layout: HostLayout | None = None, sandbox_user: str | None = None,
+                 netns_kind: str | None = None) -> None:
         self.mode = mode
+        # How agents' namespaces are made (launch/netns.py); None: "thread" if the spawning
+        # thread may make one, else "helper" (found out at the first agent).
+        self.netns_kind = netns_kind
         self.homes = homes
         self.procs = procs
         self.layout = layout or HostLayout.probe()
@@ -135,25 +140,39 @@ class LocalLauncher:
         every wait the caller had."""
         private = await trio.to_thread.run_sync(self._prepare, spec) if (spec.dirs or spec.files or spec.stdin_file) else None
         to_close: set[int] = set()
+        ns = None
         try:
             pinned = self._pin(spec, private)
             to_close.update(pinned.fds.values())
             conf = self.confinement(spec, private, pinned)
             to_close.update(conf.passed_fds())
+            if self.mode == "bwrap" and spec.network and spec.egress is not None:
+                if self.netns_kind is None:
+                    self.netns_kind = "thread" if await on_spawner(thread_can_unshare) else "helper"
+                    log.info("agents' network namespaces are made %s", "by the daemon" if self.netns_kind == "thread"
+                             else "by a helper process (the daemon may not make them)")
+                ns = Namespace(spec.egress, self.netns_kind)
+                # The namespace owns (and closes) its /etc/hosts fd: not in to_close.
+                conf = attrs.evolve(conf, hosts_fd=ns.hosts_fd)
             argv, env = placed(spec, inside_path(conf, self.mode, str(private)) if private else "")
+            command = wrap(self.mode, self.layout, conf, argv)
             stdin_file = None
             if spec.stdin_file is not None and private is not None:
                 stdin_file = open(private / spec.stdin_file, "rb")
                 stdin = stdin_file.fileno()
             try:
                 # Under the sandbox bwrap's --chdir places the child; bwrap itself starts in /.
-                async with group_process(wrap(self.mode, self.layout, conf, argv), env=env,
-                                         cwd=spec.cwd if self.mode == "none" else "/",
-                                         stdin=stdin, stdout=stdout, stderr=stderr, grace=grace,
-                                         limits=spec.limits, record=self.procs / f"{spec.key}.json",
-                                         record_extra=spec.record, pass_fds=conf.passed_fds(),
-                                         # bubblewrap's --die-with-parent sets the signal itself
-                                         parent_death=self.mode == "none") as proc:
+                async with relaying(ns, spec.key) as relay, \
+                        group_process(ns.argv(command) if ns else command, env=env,
+                                      cwd=spec.cwd if self.mode == "none" else "/",
+                                      stdin=stdin, stdout=stdout, stderr=stderr, grace=grace,
+                                      limits=spec.limits, record=self.procs / f"{spec.key}.json",
+                                      record_extra=spec.record,
+                                      pass_fds=tuple(dict.fromkeys((*conf.passed_fds(), *(ns.pass_fds if ns else ())))),
+                                      around_fork=ns.around_fork if ns else nullcontext,
+                                      # bubblewrap's --die-with-parent sets the signal itself
+                                      parent_death=self.mode == "none") as proc:
+                    await relay.start()
                     self.spawned += 1
                     _close_all(to_close)      # the child has its copies
                     yield proc
@@ -162,6 +181,8 @@ class LocalLauncher:
                     stdin_file.close()
         finally:
             _close_all(to_close)
+            if ns is not None:
+                ns.close()
             if private is not None:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(shutil.rmtree, private, True)

@@ -2,9 +2,10 @@
 
 An engine never knows where or how its process runs: it names the program, its
 environment, the files it needs written into a private dir before it starts, the host
-paths it must read or write, and whether it needs the network. Values in argv and env may
-contain AGENT_DIR, replaced by the launcher with the private dir as the process sees it
-(a fixed mount inside the sandbox, the host path without one, a node-local path on Ray).
+paths it must read or write, and whether it needs the network and where to (`egress`).
+Values in argv and env may contain AGENT_DIR, replaced by the launcher with the private
+dir as the process sees it (a fixed mount inside the sandbox, the host path without one,
+a node-local path on Ray).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Callable, Mapping, Protocol
 import attrs
 
 from ..spawn import Limits
+from .egress import Endpoint
 
 AGENT_DIR = "@AGENT_DIR@"
 
@@ -38,6 +40,10 @@ class LaunchSpec:
     caller_paths: tuple[str, ...] = ()
     nesting: bool = False                      # the process builds a sandbox of its own (codex)
     overlays: Mapping[str, bytes] = attrs.field(factory=dict)  # read-only files laid over these paths
+    # With network: the only host:port it may reach (launch/egress.py); None: the host's
+    # whole network. A launcher without network namespaces (a Ray node, sandbox "none")
+    # gives the host's network whatever this says.
+    egress: tuple[Endpoint, ...] | None = None
     idle_timeout: float = 300.0
     limits: Limits = Limits()
     record: Mapping[str, Any] = attrs.field(factory=dict)    # extra fields for the process record

@@ -292,7 +292,8 @@ class Agents:
                        timeout_ms=o.timeout_ms,
                        secret_files=tuple(p for p in [live.caller.apiKeyFile, str(self.cfg.path)] if p),
                        extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else (),
-                       state_dirs=state_dirs, cwd_roots=roots, caller_paths=caller_paths)
+                       state_dirs=state_dirs, cwd_roots=roots, caller_paths=caller_paths,
+                       network=tuple(live.caller.network))
         try:
             return await self._turns(live, rec, o, prompt, reserved, usage, job, launcher)
         finally:
