@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import trio
 
-from .. import fsutil, notices
+from .. import fsutil, json_depth, notices
 from ..audit.rundirs import chains_from_disk, end_files
 from ..audit.seal import RunChains
 from ..config import PROFILES, Caller, Config
@@ -270,6 +270,8 @@ class Supervisor:
         profile = params.get("profile") or PROFILES[min(PROFILES.index("read"), PROFILES.index(caller.maxProfile))]
         if PROFILES.index(profile) > PROFILES.index(caller.maxProfile):
             raise RunRefused(f"profile {profile!r} is above this caller's maxProfile {caller.maxProfile!r}")
+        if json_depth.deeper_than(params.get("args"), json_depth.MAX_DEPTH):
+            raise RunRefused(f"args: nested deeper than {json_depth.MAX_DEPTH} levels (the limit)")
         budget_usd = float(params.get("budgetUsd", caller.runUsdDefault))
         if budget_usd > caller.runUsdMax:
             raise RunRefused(f"budgetUsd {budget_usd:g} is above this caller's runUsdMax {caller.runUsdMax:g}")
