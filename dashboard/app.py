@@ -116,7 +116,7 @@ def register(app: Quart, services: Any) -> None:
     quart_asgi = app.asgi_app
 
     async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        m = SSE_PATH.match(scope.get("path", "")) if scope.get("type") == "http" else None
+        m = SSE_PATH.fullmatch(scope.get("path", "")) if scope.get("type") == "http" else None
         if m is None or scope.get("method") != "GET":
             return await quart_asgi(scope, receive, send)
         headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
