@@ -399,10 +399,16 @@ class Supervisor:
         # The notice is queued (durably) first and held until the final record is written:
         # a crash in between leaves the notice, from which the next boot completes the record
         # (boot.py); the other order could lose the notice for good.
+        # Once the sealed end record is written, the held notice is amended to carry its
+        # hash (a crash in between: boot amends it, boot.py); a record that could not be
+        # written leaves the notice without one.
         notice = notices.build(run, preview, url=self.run_url(run.id))
         self.outbox.add(run.caller, notice, hold=True)
         try:
             await flush.write(self, live, final=True)
+            end = run.end
+            if end is not None:
+                self.outbox.amend(notice["eventId"], notices.with_end_hash(notice, end["hash"]))
             run.stow_end(self.store.dir(run) / "run.json")
         except OSError as e:
             log.error("run %s: its end could not be written (%s); kept in memory, retried", run.id, e)
