@@ -16,6 +16,7 @@ import trio
 
 from swarmbase import json_depth
 from swarmbase.client import HostClient, connect
+from swarmbase.engines.meter import event_data
 from swarmbase.runner import RunnerLimits, run_script
 
 from .clidaemon import cli_daemon
@@ -45,6 +46,12 @@ def test_depth_is_counted_in_levels_and_bounded_without_recursion() -> None:
             json_depth.loads(text)
     with pytest.raises(ValueError):
         json_depth.loads("[" * 100_000)                        # never closed: still just bad JSON
+
+
+def test_a_deep_event_from_the_model_api_is_not_read_by_the_meter() -> None:
+    assert event_data(b'data: {"type": "response.completed", "usage": {"input_tokens": 3}}') == {
+        "type": "response.completed", "usage": {"input_tokens": 3}}
+    assert event_data(b"data: " + b"[" * 5000 + b"]" * 5000) is None
 
 
 # A runner that breaks protocol: what the daemon's side of the bridge does with values the
