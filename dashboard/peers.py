@@ -12,7 +12,7 @@ every other loopback viewer 429.
 So a viewer's key is a path, most trusted first, and streams are shared level by level
 (dashboard/admission.py):
 1. the local account behind the connection, as the kernel reports it for the peer's
-   socket (sock_diag, ~30 µs a lookup; on loopback only, Linux only, else "loopback"):
+   socket (sock_diag, ~12 µs a lookup; on loopback only, Linux only, else "loopback"):
    tailscaled's account carries the tailnet, every other account is its own source;
 2. the peer address;
 3. whether the request came through the tailnet proxy: from loopback, for the host of
