@@ -76,12 +76,13 @@ async def test_the_notice_carries_the_end_hash_and_audit_checks_it(tmp_path: Pat
                 await h.handshake()
                 run_id = await start_run(h, "log('one'); phase('p'); return {x: 1};")
                 notice = await h.wait_notice(f"{run_id}:end")
-            # A second run ends while no host takes notices: its notice stays queued.
+            # Two more runs end while no host takes notices: theirs stay queued.
             async with connect(d.ws, tokens["alice"]) as h:
                 await h.handshake(grant=False)
-                queued_id = await start_run(h, "return 2;")
-                while (await h.tool("status", {"runId": queued_id}))["structuredContent"]["status"] != "completed":
-                    await trio.sleep(0.1)
+                queued_id, unwritten_id = await start_run(h, "return 2;"), await start_run(h, "return 3;")
+                for rid in (queued_id, unwritten_id):
+                    while (await h.tool("status", {"runId": rid}))["structuredContent"]["status"] != "completed":
+                        await trio.sleep(0.1)
     end_hash = json.loads(run_json(state, run_id).read_text())["end"]["hash"]
     assert notice["origin"]["endHash"] == end_hash
     assert notice["payload"]["content"][0]["text"].endswith(f"\nEnd record hash: {end_hash}")
@@ -100,16 +101,29 @@ async def test_the_notice_carries_the_end_hash_and_audit_checks_it(tmp_path: Pat
     assert code == 1 and "BROKEN:" in text and "records were rewritten" in text
 
     # The daemon died after writing the second run's end record but before amending its
-    # notice (the amend is the log's last line): the next boot stamps the hash on it.
-    outbox = state / "outbox.jsonl"
-    log_lines = outbox.read_bytes().splitlines(keepends=True)
-    last = json.loads(log_lines[-1])
-    assert last["op"] == "add" and last["notice"]["eventId"] == f"{queued_id}:end" and "endHash" in last["notice"]["origin"]
-    outbox.write_bytes(b"".join(log_lines[:-1]))
+    # notice; and after queuing the third run's notice but before its final record. The
+    # next boot stamps the hash on both (the third's record is completed from its notice).
+    for rid in (queued_id, unwritten_id):
+        drop_amend(state / "outbox.jsonl", f"{rid}:end")
+    path = run_json(state, unwritten_id)
+    rj = json.loads(path.read_text())
+    path.write_text(json.dumps({**rj, "status": "running", "endedAt": None, "end": None,
+                                "history": rj["history"][:-1]}))
     async with cli_daemon(cfg) as d:
         with trio.fail_after(60):
             async with connect(d.ws, tokens["alice"]) as h:
                 await h.handshake()
-                late = await h.wait_notice(f"{queued_id}:end")
-    assert late["origin"]["endHash"] == json.loads(run_json(state, queued_id).read_text())["end"]["hash"]
+                late = [await h.wait_notice(f"{rid}:end") for rid in (queued_id, unwritten_id)]
+    for rid, n in zip((queued_id, unwritten_id), late):
+        end = json.loads(run_json(state, rid).read_text())["end"]
+        assert n["origin"]["endHash"] == end["hash"] and n["tags"][-1] == "swarmbase:completed"
+        assert audit(state, rid, end["hash"])[0] == 0
     assert "Traceback" not in d.stderr.decode(errors="replace")
+
+
+def drop_amend(outbox: Path, event_id: str) -> None:
+    """The outbox log as it was before `event_id`'s notice was amended with its hash."""
+    lines = outbox.read_bytes().splitlines(keepends=True)
+    adds = [i for i, ln in enumerate(lines) if json.loads(ln).get("notice", {}).get("eventId") == event_id]
+    assert len(adds) == 2 and "endHash" in json.loads(lines[adds[1]])["notice"]["origin"]
+    outbox.write_bytes(b"".join(ln for i, ln in enumerate(lines) if i != adds[1]))
