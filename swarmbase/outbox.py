@@ -151,8 +151,9 @@ class Outbox:
     def _replace(self, entry: dict[str, Any]) -> None:
         """A pending notice's params replaced (same eventId and caller; its place kept)."""
         notice, caller = entry.get("notice"), entry.get("caller")
-        if isinstance(notice, dict) and self._caller_of.get(notice.get("eventId")) == caller:
-            self._by_caller[caller][notice["eventId"]]["notice"] = notice
+        eid = notice.get("eventId") if isinstance(notice, dict) else None
+        if isinstance(eid, str) and isinstance(caller, str) and self._caller_of.get(eid) == caller:
+            self._by_caller[caller][eid]["notice"] = notice
 
     def _forget(self, eid: str) -> bool:
         caller = self._caller_of.pop(eid, None)

@@ -51,7 +51,7 @@ def test_the_kernel_names_the_account_behind_a_loopback_connection() -> None:
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen()
-        with socket.create_connection(srv.getsockname()) as c:
+        with socket.create_connection(srv.getsockname()):
             conn, peer = srv.accept()
             with conn:
                 assert peer_uid(peer, srv.getsockname()) == os.geteuid()
