@@ -25,11 +25,13 @@ async def raw_exchange(url: str, frames: list[str], n_answers: int) -> list[dict
 
 # -- auth --------------------------------------------------------------------
 
-@pytest.mark.parametrize("token", [None, "", "wrong-token"])
-@pytest.mark.parametrize("first, rid", [
-    ('{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}', 0),
-    ('{"jsonrpc": "2.0", "method": "notifications/initialized"}', None),     # a notification too
-    ("not json", None),
+INITIALIZE = '{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}'
+
+
+@pytest.mark.parametrize("token, first, rid", [
+    (None, INITIALIZE, 0), ("", INITIALIZE, 0), ("wrong-token", INITIALIZE, 0),
+    ("wrong-token", '{"jsonrpc": "2.0", "method": "notifications/initialized"}', None),   # a notification too
+    (None, "not json", None),
 ])
 async def test_bad_or_missing_token_gets_32001_then_4001(running: Env, token: str | None, first: str,
                                                          rid: int | None) -> None:
