@@ -60,6 +60,8 @@ def register(app: Quart, services: Any) -> None:
     hub = sup.events
     hub.render_line = lambda entry: render_transcript([entry])
     hosts = allowed_hosts(services.cfg.publicUrl)
+    public_host = urlsplit(services.cfg.publicUrl or "").hostname      # what `tailscale serve` requests name
+    proxy_host = public_host.lower() if public_host else None
     admins = set(services.cfg.dashboard.adminLogins)
     store = AdminStore(services.cfg.state_dir)
     secure_cookie = (services.cfg.publicUrl or "").startswith("https://")
@@ -116,7 +118,7 @@ def register(app: Quart, services: Any) -> None:
     quart_asgi = app.asgi_app
 
     async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        m = SSE_PATH.match(scope.get("path", "")) if scope.get("type") == "http" else None
+        m = SSE_PATH.fullmatch(scope.get("path", "")) if scope.get("type") == "http" else None
         if m is None or scope.get("method") != "GET":
             return await quart_asgi(scope, receive, send)
         headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
@@ -134,7 +136,7 @@ def register(app: Quart, services: Any) -> None:
             else:
                 stream = hub.watch(agent_key(run.id, int(n)), ended=agent_ended(run, int(n)))
         await sse.serve_stream(scope, receive, send, hub=hub, stream=stream, after=after_param(scope),
-                               viewers=viewers, drain=services.drain, headers=headers)
+                               viewers=viewers, drain=services.drain, headers=headers, proxy_host=proxy_host)
 
     app.asgi_app = asgi  # type: ignore[method-assign]
 

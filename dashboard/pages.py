@@ -42,7 +42,7 @@ def tail_lines(path: Path, limit: int) -> tuple[list[Any], bool]:
         if line.strip():
             try:
                 out.append(json.loads(line))
-            except ValueError:
+            except (ValueError, RecursionError):     # the daemon writes neither; a hand edit might
                 continue
     return out, cut
 

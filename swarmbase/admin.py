@@ -71,14 +71,14 @@ class AdminStore:
 
     def peek_link(self, token: str) -> str | None:
         """The login a link is for, if it is unused and unexpired (does not use it)."""
-        if not TOKEN_RE.match(token):
+        if not TOKEN_RE.fullmatch(token):
             return None
         data = self._read(self.links / f"{digest(token)}.json")
         return data["login"] if data else None
 
     def redeem_link(self, token: str) -> str | None:
         """Use a link: its login, once; None if unknown, used or expired."""
-        if not TOKEN_RE.match(token):
+        if not TOKEN_RE.fullmatch(token):
             return None
         path = self.links / f"{digest(token)}.json"
         claimed = path.with_name(f".{path.name}.used-{secrets.token_hex(4)}")
@@ -103,13 +103,13 @@ class AdminStore:
 
     def session_login(self, token: str | None) -> str | None:
         """The login of a live session cookie; None if unknown or expired."""
-        if not token or not TOKEN_RE.match(token):
+        if not token or not TOKEN_RE.fullmatch(token):
             return None
         data = self._read(self.sessions / f"{digest(token)}.json")
         return data["login"] if data else None
 
     def end_session(self, token: str | None) -> None:
-        if token and TOKEN_RE.match(token):
+        if token and TOKEN_RE.fullmatch(token):
             (self.sessions / f"{digest(token)}.json").unlink(missing_ok=True)
 
     def sweep(self) -> int:

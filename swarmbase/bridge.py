@@ -14,9 +14,14 @@ from typing import Any, Protocol
 import attrs
 import trio
 
+from . import json_depth
 from .procs import LineReader
 
 MAX_LOG_CHARS = 4000
+# A message wraps the script's value in one level of its own ({"t": "call", "opts": …}).
+MESSAGE_DEPTH = json_depth.MAX_DEPTH + 1
+TOO_DEEP = (f"the script runner sent a value nested deeper than {json_depth.MAX_DEPTH} levels "
+            "(the limit for values crossing to the daemon)")
 # What a runner killed by its memory limit leaves on stderr (V8 heap limit, a failed
 # backing-store allocation that escaped, or V8's fatal allocation failure).
 OOM_MARKERS = (b"heap out of memory", b"Array buffer allocation failed", b"Allocation failed")
@@ -285,10 +290,22 @@ class _Bridge:
         async for raw in reader:
             try:
                 msg = json.loads(raw)
+            except RecursionError:
+                self.finish(ScriptOutcome(ok=False, error=TOO_DEEP))
+                return
             except ValueError:
                 continue
             if not isinstance(msg, dict):
                 continue
+            if json_depth.may_exceed(raw, MESSAGE_DEPTH) and json_depth.deeper_than(msg, MESSAGE_DEPTH):
+                # The runner's hooks refuse such values before they leave the script (a
+                # catchable error there); one arriving anyway is answered, never walked.
+                if msg.get("t") == "call" and type(msg.get("id")) is int:
+                    op = msg.get("op") if msg.get("op") in ("agent", "workflow") else "call"
+                    await self.send({"t": "reply", "id": msg["id"], "ok": False, "error": f"{op}(): {TOO_DEEP}"})
+                    continue
+                self.finish(ScriptOutcome(ok=False, error=TOO_DEEP))
+                return
             t = msg.get("t")
             if t == "pong":
                 self.last_pong = trio.current_time()

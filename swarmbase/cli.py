@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     audit = sub.add_parser("audit", help="a run's tree (and what it resumed or nested) with every hash chain verified")
     audit.add_argument("run_id", metavar="RUN_ID")
     audit.add_argument("--json", action="store_true", help="print JSON instead of the text tree")
+    audit.add_argument("--expect-hash", metavar="HASH",
+                       help="also check that the run's end record has this hash (the endHash of its run-end notice)")
     usage = sub.add_parser("usage", help="spend per day, caller, engine and model, from the agent records")
     usage.add_argument("--from", dest="start", metavar="YYYY-MM-DD", help="first day (UTC); default 29 days before --to")
     usage.add_argument("--to", dest="end", metavar="YYYY-MM-DD", help="last day (UTC), inclusive; default today")
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--port is for starting the daemon (serve), not for " + args.cmd)
     if args.cmd == "audit":
         from .audit.render import audit_command
-        return audit_command(config.config_path().parent, args.run_id, args.json)
+        return audit_command(config.config_path().parent, args.run_id, args.json, expect_hash=args.expect_hash)
     if args.cmd == "usage":
         from .usage import usage_command
         return usage_command(config.config_path().parent, args.start, args.end, args.caller, args.json)

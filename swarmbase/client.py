@@ -23,12 +23,13 @@ import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
 
 from . import config
-from .client_progress import Output, OutputClosed, watch
+from .client_progress import Output, OutputClosed, printable, watch
 
 
 class RpcFailure(Exception):
     def __init__(self, error: dict[str, Any]) -> None:
-        super().__init__(f"{error.get('code')}: {error.get('message')}")
+        # Printed to the user's terminal; the message may quote what a script wrote.
+        super().__init__(printable(f"{error.get('code')}: {error.get('message')}", one_line=True))
         self.error = error
         self.code = error.get("code")
 

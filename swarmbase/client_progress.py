@@ -1,18 +1,38 @@
 """What `python -m swarmbase.client ... --wait` shows while it waits: one progress line
 (agents done/total, spend against budget, phase) rewritten in place on a terminal, one line
 per change otherwise; and an output that ends the client quietly when its reader goes
-away (`... | head`)."""
+away (`... | head`).
+
+Phase titles, log lines, labels, results and errors are written by scripts and agents,
+so nothing reaches the terminal as it came: control characters (C0 but tab and newline,
+DEL, C1 — terminal escapes among them, which can retitle a window, move the cursor or
+rewrite what was shown) and the bidirectional overrides that reorder a line are shown as
+U+FFFD, and a progress line is one line. The client's own escapes are added after that.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from typing import Any, AsyncIterable, Awaitable, Callable, TextIO
 
 import trio
 
 from .money import usd
+
+
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_LINE_BREAKS = re.compile("[\t\n]")
+
+
+def printable(text: str, one_line: bool = False) -> str:
+    """`text` with every control character shown as U+FFFD (tab and newline kept, or made
+    spaces when `one_line`)."""
+    if one_line:
+        text = _LINE_BREAKS.sub(" ", text)
+    return _CONTROLS.sub("\ufffd", text)
 
 
 def progress_line(st: dict[str, Any]) -> str:
@@ -65,12 +85,14 @@ class Output:
 
     def print(self, text: str) -> None:
         """A whole block of output; on a terminal the progress line stays below it."""
+        text = printable(text)
         if self.tty and self._line:
             self._write("\r\x1b[K" + text + "\n" + self._fit(self._line))
         else:
             self._write(text + "\n")
 
     def progress(self, line: str) -> None:
+        line = printable(line, one_line=True)
         if line == self._line:
             return
         self._line = line

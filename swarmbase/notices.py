@@ -3,6 +3,10 @@
 Every notice names the run's dashboard page (`url`, publicUrl-based when configured), in
 its text and in its origin, and keeps one eventId per notice kind and run so a resend is
 recognised by the host as the same event.
+
+A run-end notice also carries the hash of the run's sealed end record (`origin.endHash`
+and a line of its text) once that record is written: the copy of it kept outside the
+daemon's disk, which `swarmbase audit RUN_ID --expect-hash HASH` checks the run against.
 """
 
 from __future__ import annotations
@@ -50,9 +54,10 @@ def _origin(kind: str, run_id: str, url: str | None) -> dict[str, Any]:
     return origin
 
 
-def build(run: Run, result_preview: str | None, now: float | None = None, url: str | None = None) -> dict[str, Any]:
+def build(run: Run, result_preview: str | None, now: float | None = None, url: str | None = None,
+          end_hash: str | None = None) -> dict[str, Any]:
     """The run-end push/event params. The same eventId is reused on every retry."""
-    return {
+    notice = {
         "featureSet": NOTIFY_SET,
         "eventId": event_id(run.id),
         "timestamp": iso(time.time() if now is None else now),
@@ -60,6 +65,23 @@ def build(run: Run, result_preview: str | None, now: float | None = None, url: s
         "tags": ["surface:done", "swarmbase:run-end", f"swarmbase:{run.status}"],
         "payload": {"content": [{"type": "text", "text": notice_text(run, result_preview, url)}]},
     }
+    return with_end_hash(notice, end_hash) if end_hash else notice
+
+
+def end_hash_of(notice: dict[str, Any]) -> str | None:
+    origin = notice.get("origin")
+    value = origin.get("endHash") if isinstance(origin, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def with_end_hash(notice: dict[str, Any], end_hash: str) -> dict[str, Any]:
+    """The run-end notice carrying its run's end-record hash (a copy; once only)."""
+    if end_hash_of(notice) is not None:
+        return notice
+    content = [dict(block) for block in notice["payload"]["content"]]
+    content[0]["text"] += f"\nEnd record hash: {end_hash}"
+    return {**notice, "origin": {**notice["origin"], "endHash": end_hash},
+            "payload": {**notice["payload"], "content": content}}
 
 
 def build_budget_warning(run: Run, spent: float, reserved: float, budget: float, url: str | None,

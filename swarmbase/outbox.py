@@ -14,6 +14,9 @@
   the notice stays in memory (delivery works from there), the fault is logged once, and
   the unwritten lines are retried on every add/ack/flush and every RETRY_S by maintain().
 - An old whole-file `outbox.json` is migrated on load and then deleted.
+- `amend(event_id, notice)` replaces a notice not yet pushed (a run's end notice gets its
+  end-record hash once the record is written): a further add line for the same eventId,
+  which wins over the earlier one on load.
 """
 
 from __future__ import annotations
@@ -89,7 +92,8 @@ class Outbox:
             loaded = outbox_file.Loaded([], 0, 0, 0, None)
         for rec in loaded.records:
             if rec["op"] == "add":
-                self._remember(rec)
+                if not self._remember(rec):
+                    self._replace(rec)          # an amend: the later line wins
             else:
                 self._forget(rec["eventId"])
         if loaded.damaged:
@@ -100,7 +104,8 @@ class Outbox:
         if loaded.torn_tail:
             log.warning("%s ended in a torn line (a crash mid-write); it was skipped", self.path.name)
         self._file_lines = len(loaded.records)
-        self._file_live = sum(1 for rec in loaded.records if rec["op"] == "add" and rec["eventId"] in self._caller_of)
+        self._file_live = len({rec["eventId"] for rec in loaded.records
+                               if rec["op"] == "add" and rec["eventId"] in self._caller_of})
         migrating = legacy.found
         if migrating or loaded.damaged_copy or loaded.intact_tail:
             self._legacy = legacy_path if migrating and legacy_path.exists() else None
@@ -143,6 +148,13 @@ class Outbox:
         self._caller_of[eid] = caller
         return True
 
+    def _replace(self, entry: dict[str, Any]) -> None:
+        """A pending notice's params replaced (same eventId and caller; its place kept)."""
+        notice, caller = entry.get("notice"), entry.get("caller")
+        eid = notice.get("eventId") if isinstance(notice, dict) else None
+        if isinstance(eid, str) and isinstance(caller, str) and self._caller_of.get(eid) == caller:
+            self._by_caller[caller][eid]["notice"] = notice
+
     def _forget(self, eid: str) -> bool:
         caller = self._caller_of.pop(eid, None)
         if caller is None:
@@ -180,13 +192,31 @@ class Outbox:
             return
         if event_id in self._nowhere:        # never written: nothing to cancel on disk
             self._nowhere.discard(event_id)
-            self._queue = [q for q in self._queue if not (q[0] == "add" and q[1] == event_id)]
+            self._queue = [q for q in self._queue if q[1] != event_id]
             return
         self._file_live -= 1
         self._queue.append(("ack", event_id, _line({"op": "ack", "eventId": event_id})))
         self._persist(sync=False)
         if self.compaction_due():
             self._wake.set()
+
+    def amend(self, event_id: str, notice: dict[str, Any]) -> bool:
+        """Replace a pending notice by one with the same eventId, durably, before it is
+        pushed (while held, or at boot). Never raises on a disk fault. False when no such
+        notice is pending."""
+        caller = self._caller_of.get(event_id)
+        if caller is None or notice.get("eventId") != event_id:
+            return False
+        entry = self._by_caller[caller][event_id]
+        entry["notice"] = notice
+        line = add_line(entry)
+        if event_id in self._nowhere:        # its add is not written yet: write the new one instead
+            self._queue = [(op, eid, line if op == "add" and eid == event_id else data)
+                           for op, eid, data in self._queue]
+        else:
+            self._queue.append(("amend", event_id, line))
+        self._persist(sync=True)
+        return True
 
     def release(self, event_id: str) -> None:
         if event_id in self._held:

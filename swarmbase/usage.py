@@ -46,7 +46,7 @@ class UsageError(ValueError):
 
 
 def parse_day(value: str, what: str) -> dt.date:
-    if not DATE_RE.match(value):
+    if not DATE_RE.fullmatch(value):
         raise UsageError(f"{what}: {value!r} is not a date (YYYY-MM-DD)")
     try:
         return dt.date.fromisoformat(value)

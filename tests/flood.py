@@ -77,6 +77,14 @@ async def start_daemon(tmp: Path, extra: dict[str, Any] | None = None) -> Daemon
     return Daemon(proc=proc, url=url, token=token, state=state)
 
 
+async def stop_daemon(d: Daemon) -> None:
+    d.proc.terminate()
+    with trio.move_on_after(10):
+        await d.proc.wait()
+    if d.proc.returncode is None:
+        d.proc.kill()
+
+
 async def start_backlog_run(d: Daemon, gate: Path, lines: int = 500) -> str:
     """A live run whose event buffer is full: many log lines, then an agent held on `gate`."""
     gate.write_text("")
@@ -94,14 +102,58 @@ async def start_backlog_run(d: Daemon, gate: Path, lines: int = 500) -> str:
 
 
 async def open_stream(host: str, port: int, path: str, source: str = "127.0.0.1",
-                      headers: str = "") -> trio.SocketStream:
+                      headers: str = "", host_header: str | None = None) -> trio.SocketStream:
     sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
     await sock.bind((source, 0))
     await sock.connect((host, port))
     stream = trio.SocketStream(sock)
-    await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAccept: text/event-stream\r\n"
-                          f"{headers}\r\n".encode())
+    await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: {host_header or f'{host}:{port}'}\r\n"
+                          f"Accept: text/event-stream\r\n{headers}\r\n".encode())
     return stream
+
+
+# Streams opened by another local account: a root helper process that creates each socket
+# under `uid` (the kernel records the creator's uid on the socket: what sock_diag reports),
+# asks for the stream, reports the statuses it got, and holds the streams until its stdin
+# closes. Single-threaded, so switching its effective uid is safe.
+FOREIGN_FLOOD = r"""
+import json, os, socket, sys
+host, port, path, n, uid = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+headers = json.loads(sys.argv[6])
+socks, statuses = [], []
+for i in range(n):
+    os.seteuid(uid)
+    s = socket.socket()
+    os.seteuid(0)
+    s.connect((host, port))
+    extra = "".join(f"{k}: {v.format(i=i)}\r\n" for k, v in headers.items())
+    host_line = "" if "Host" in headers else f"Host: {host}:{port}\r\n"
+    s.sendall(f"GET {path} HTTP/1.1\r\n{host_line}Accept: text/event-stream\r\n{extra}\r\n".encode())
+    socks.append(s)
+for s in socks:
+    s.settimeout(10)
+    try:
+        statuses.append(int(s.recv(64).split(b" ", 2)[1]))
+    except (OSError, IndexError, ValueError):
+        statuses.append(0)
+print(json.dumps(statuses), flush=True)
+sys.stdin.read()
+"""
+
+
+async def foreign_flood(host: str, port: int, path: str, n: int, uid: int,
+                        headers: dict[str, str]) -> tuple[trio.Process, list[int]]:
+    """n streams held by a process whose sockets belong to `uid`; `{i}` in a header value
+    is the stream's number. Returns the helper (close its stdin to end it) and the statuses."""
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-c", FOREIGN_FLOOD, host, str(port), path, str(n), str(uid), json.dumps(headers)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    out = b""
+    while not out.endswith(b"\n"):
+        chunk = await proc.stdout.receive_some(65536)
+        assert chunk, "the flood helper died"
+        out += chunk
+    return proc, json.loads(out)
 
 
 async def flood(host: str, port: int, paths: list[str], n: int, sources: int = 100) -> list[trio.SocketStream]:

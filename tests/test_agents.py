@@ -143,7 +143,8 @@ async def test_cancel_kills_agent_groups(tmp_path: Path, nursery: trio.Nursery) 
                                               "keepWork": True})
     work = sup.store.work_dir(run)
     with trio.fail_after(30):
-        while len(list(work.glob("grandchild-*"))) < 2:
+        # Both grandchildren have written their pid files (a file exists before its pid is in it).
+        while len([p for p in work.glob("grandchild-*") if p.read_text().strip()]) < 2:
             await trio.sleep(0.02)
         pids = [int(p.name.split("-")[1]) for p in work.glob("grandchild-*")]
         pids += [int(p.read_text()) for p in work.glob("grandchild-*")]

@@ -28,11 +28,6 @@ SCRIPT = ("phase('fan-out');\nlog('starting');\n"
           "phase('last');\nreturn [...xs, await agent('noresult', {label: 'broken'})];")
 
 
-def finished(run_dir: Path) -> int:
-    """Agents of the run whose record says done (records are replaced whole, by rename)."""
-    return sum(json.loads(p.read_text()).get("state") == "done" for p in run_dir.glob("agents/*/agent.json"))
-
-
 def audit(state: Path, run_id: str) -> tuple[int, str]:
     out = io.StringIO()
     code = audit_command(state, run_id, False, out, out)
@@ -108,6 +103,16 @@ async def test_trace_of_a_real_run(tmp_path: Path, nursery: trio.Nursery) -> Non
     assert [e.name for e in root.events] == ["phase", "phase"]
 
 
+def finished_records(run_dir: Path) -> int:
+    n = 0
+    for p in run_dir.glob("agents/*/agent.json"):
+        try:
+            n += json.loads(p.read_text()).get("state") == "done"
+        except ValueError:          # being replaced right now
+            pass
+    return n
+
+
 @pytest.mark.timeout(180)
 async def test_kill_9_mid_run_is_sealed_on_boot(tmp_path: Path) -> None:
     state, path, tokens, hold, script = held_fan_out(tmp_path, agents=6, quick=3)
@@ -118,9 +123,9 @@ async def test_kill_9_mid_run_is_sealed_on_boot(tmp_path: Path) -> None:
                 await h.handshake()
                 run_id = (await h.tool("run", {"script": script, "args": {"hold": str(hold)}}))["structuredContent"]["runId"]
             run_dir = next((state / "runs").glob(f"*-{run_id}"))
-            # The quick three are over once their final records are written (their journal
-            # lines come first: waiting on those raced the records under load).
-            while len(spawns(tmp_path)) < 6 or finished(run_dir) < 3:
+            # The quick agents' final records are written by the batched flush, after their
+            # journal lines: wait for the records, or a kill in between counts them unfinished.
+            while len(spawns(tmp_path)) < 6 or finished_records(run_dir) < 3:
                 await trio.sleep(0.05)
             proc.kill()
             await proc.wait()

@@ -134,12 +134,14 @@ async def test_sigterm_drains_interrupts_runs_and_kills_runner(tmp_path: Path) -
     assert not any(alive(p) for p in runners)
     run_json = json.loads(next((tmp_path / "s" / "runs").glob(f"*-{run_id}/run.json")).read_text())
     assert run_json["status"] == "interrupted"
-    # The notice was queued durably (an add line); the still-connected host may have taken it
-    # before the drain (then an ack line follows).
+    # The notice was queued durably (an add line, then its amend carrying the end-record
+    # hash); the still-connected host may have taken it before the drain (then an ack line
+    # follows).
     lines = [json.loads(line) for line in (tmp_path / "s" / "outbox.jsonl").read_text().splitlines()]
     adds = [e["notice"] for e in lines if e["op"] == "add"]
-    assert [n["eventId"] for n in adds] == [f"{run_id}:end"]
+    assert [n["eventId"] for n in adds] == [f"{run_id}:end"] * 2
     assert adds[0]["tags"][-1] == "swarmbase:interrupted"
+    assert adds[1]["origin"]["endHash"] == run_json["end"]["hash"]
 
 
 async def test_minimal_host_client_waits_for_the_end_notice(tmp_path: Path) -> None:

@@ -155,6 +155,7 @@ try { await agent('x', { engine: 'codex', schema: extras }); } catch (e) { out.e
 const good = { type: 'object', properties: { a: { type: 'string' }, n: { type: ['integer', 'null'] } }, required: ['a', 'n'] };
 out.ok = await agent('[[text:{"a": "yes", "n": null}]]', { engine: 'codex', schema: good });
 out.bad = await agent('[[text:not json]]', { engine: 'codex', schema: good });
+out.deep = await agent('[[text:' + '{"a":'.repeat(150) + '1' + '}'.repeat(150) + ']]', { engine: 'codex', schema: good });
 return out;"""
     run = await run_to_end(env, script, timeout=120)
     res = result_of(env, run)
@@ -167,6 +168,9 @@ return out;"""
     # The two refused calls got numbers but never started: the good one is agent 3.
     assert agent_json(env, run, 3)["state"] == "done"
     assert "not JSON" in agent_json(env, run, 4)["error"]
+    # A hostile answer nested 150 deep fails that agent only, naming the limit.
+    assert res["deep"] is None and run.status == "completed"
+    assert agent_json(env, run, 5)["error"] == "the structured output nests deeper than 100 levels (the limit)"
 
 
 def test_strict_schema_adds_additional_properties_false_everywhere() -> None:

@@ -1,5 +1,6 @@
-"""SSE at a bounded cost: admission caps, fair room-making, stalled viewers dropped, and a
-flood of 1,500 clients that never read against the real daemon process."""
+"""SSE at a bounded cost: admission caps, fair room-making, stalled viewers dropped, a
+flood of 1,500 clients that never read, and floods with forged tailnet logins or idle
+streams, against the real daemon process."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from dashboard.sse import MAX_STREAMS, Viewers, chunks
+from swarmbase.client import connect
+
+from dashboard.admission import Viewers
+from dashboard.sse import MAX_STREAMS, chunks
 
 from . import flood
 
@@ -17,38 +21,42 @@ def test_caps_per_client_and_in_total() -> None:
     now = [0.0]
     v = Viewers(max_total=6, max_per_client=3, stall_s=10, clock=lambda: now[0])
     dropped: list[str] = []
-    mine = [v.admit("a") for _ in range(3)]
+    a, b, c, d, e = (("a",), ("b",), ("c",), ("d",), ("e",))
+    mine = [v.admit(a) for _ in range(3)]
     assert all(not isinstance(x, str) for x in mine)
-    assert "per client" in v.admit("a")
+    assert "per client" in v.admit(a)        # full, and none of its streams can be dropped yet
     for x in mine:
         x.drop = lambda x=x: dropped.append(x.client)
-    b = [v.admit("b") for _ in range(2)]
-    c = v.admit("c")
-    assert v.count == 6 and not isinstance(c, str)
+    bs = [v.admit(b) for _ in range(2)]
+    c1 = v.admit(c)
+    assert v.count == 6 and not isinstance(c1, str)
     # Full: "b" (2 streams) may not push out "a" (3): 3 <= 2 + 1.
-    assert "at most 6" in v.admit("b")
+    assert "at most 6" in v.admit(b)
     # A newcomer with none takes the heaviest client's oldest stream.
-    d = v.admit("d")
-    assert not isinstance(d, str) and dropped == ["a"] and v.count == 6
-    assert len(v.by_client["a"]) == 2 and v.dropped == 1
+    d1 = v.admit(d)
+    assert not isinstance(d1, str) and dropped == [a] and v.count == 6
+    assert len(v.by_client[a]) == 2 and v.dropped == 1
     # Leaving frees room.
-    v.leave(b[0])
-    assert not isinstance(v.admit("e"), str)
+    v.leave(bs[0])
+    assert not isinstance(v.admit(e), str)
     assert v.refused == 2
 
 
-def test_stalled_viewers_are_dropped_when_room_is_needed() -> None:
+def test_a_client_at_its_cap_gives_up_a_stalled_stream_else_its_oldest() -> None:
     now = [0.0]
-    v = Viewers(max_total=2, max_per_client=2, stall_s=10, clock=lambda: now[0])
+    v = Viewers(max_total=10, max_per_client=2, stall_s=10, clock=lambda: now[0])
     gone: list[int] = []
-    x, y = v.admit("a"), v.admit("a")
+    a = ("a",)
+    x, y = v.admit(a), v.admit(a)
     x.drop, y.drop = (lambda: gone.append(1)), (lambda: gone.append(2))
-    x.sending_since = 1.0                  # blocked in a send since t=1
+    y.sending_since = 1.0                  # the newer one is blocked in a send since t=1
     now[0] = 5.0
-    assert "per client" in v.admit("a")    # not stalled long enough yet
+    z = v.admit(a)                         # y is not stalled long enough: the oldest makes room
+    assert not isinstance(z, str) and gone == [1]
+    z.drop = lambda: gone.append(3)
     now[0] = 11.0
-    assert not isinstance(v.admit("a"), str) and gone == [1]
-    assert v.stalled() == []
+    assert not isinstance(v.admit(a), str) and gone == [1, 2]     # the stalled one, not the oldest
+    assert v.stalled() == [] and v.count == 2 and v.refused == 0
 
 
 def test_writes_are_bounded_and_lone_frames_not_copied() -> None:
@@ -105,8 +113,75 @@ async def test_flood_of_non_reading_clients_against_the_daemon(tmp_path: Path) -
         with trio.fail_after(10):
             await flood.healthz_ms(host, port)
     finally:
-        d.proc.terminate()
-        with trio.move_on_after(10):
-            await d.proc.wait()
-        if d.proc.returncode is None:
-            d.proc.kill()
+        await flood.stop_daemon(d)
+
+
+PUBLIC = "box.tail1234.ts.net"
+TAILNET_HEADERS = {"Host": f"{PUBLIC}:7360", "X-Forwarded-For": "100.101.102.103",
+                   "Tailscale-User-Login": "forged{i}@example.com"}
+
+
+async def served_live(d: flood.Daemon, viewer: trio.SocketStream) -> bool:
+    """The viewer got a 200 and its stream stays live: a run started now reaches it."""
+    buf = b""
+    with trio.move_on_after(30):
+        while b"retry: 2000" not in buf:
+            chunk = await viewer.receive_some(65536)
+            if not chunk:
+                return False
+            buf += chunk
+    if b" 200 " not in buf.split(b"\r\n", 1)[0]:
+        return False
+    async with connect(d.url.replace("http", "ws") + "/mcpl", d.token) as h:
+        await h.handshake()
+        run_id = (await h.tool("run", {"script": "return 1"}))["structuredContent"]["runId"]
+    with trio.move_on_after(30):
+        while run_id.encode() not in buf:
+            chunk = await viewer.receive_some(65536)
+            if not chunk:
+                return False
+            buf += chunk
+    return run_id.encode() in buf
+
+
+@pytest.mark.timeout(300)
+async def test_forged_logins_and_idle_streams_lock_no_viewer_out(tmp_path: Path) -> None:
+    d = await flood.start_daemon(tmp_path, {"publicUrl": f"https://{PUBLIC}:7360"})
+    host, port = d.host_port
+    try:
+        with trio.fail_after(240):
+            # 256 streams from another local account, each with its own forged tailnet login
+            # and every header `tailscale serve` would add: they fill the daemon...
+            helper, statuses = await flood.foreign_flood(host, port, "/events", MAX_STREAMS + 1, 65534,
+                                                         TAILNET_HEADERS)
+            assert statuses.count(200) == MAX_STREAMS and statuses.count(503) == 1, statuses
+            # ...and a plain loopback viewer, and a tailnet one, of this account still get in.
+            for headers, host_header in (("", None), ("X-Forwarded-For: 100.64.0.9\r\n"
+                                                      "Tailscale-User-Login: real@example.com\r\n", f"{PUBLIC}:7360")):
+                viewer = await flood.open_stream(host, port, "/events", headers=headers, host_header=host_header)
+                async with viewer:
+                    assert await served_live(d, viewer)
+            helper.stdin.close()
+            await helper.wait()
+
+            # This account's own forgers: 256 distinct logins on the login header alone, then
+            # with every proxy header; then 16 idle streams. A plain viewer is served each time.
+            forged_alone = "Tailscale-User-Login: alone{i}@example.com\r\n"
+            for n, headers, host_header in [
+                    (MAX_STREAMS, forged_alone, None),
+                    (MAX_STREAMS, "X-Forwarded-For: 100.101.102.103\r\nTailscale-User-Login: proxied{i}@x\r\n",
+                     f"{PUBLIC}:7360"),
+                    (16, "", None)]:
+                held = [await flood.open_stream(host, port, "/events", headers=headers.format(i=i),
+                                                host_header=host_header) for i in range(n)]
+                got = [await flood.status_of(c) for c in held]
+                assert set(got) <= {200, 0} and got.count(200) >= 16, got      # none refused: they churn themselves
+                viewer = await flood.open_stream(host, port, "/events")
+                async with viewer:
+                    assert await served_live(d, viewer)
+                for c in held:
+                    await c.aclose()
+            stats = await flood.stream_stats(host, port)
+            assert stats["refused"] == 1 and stats["dropped"] >= MAX_STREAMS - 16
+    finally:
+        await flood.stop_daemon(d)

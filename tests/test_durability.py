@@ -278,6 +278,7 @@ async def test_kill_9_during_a_10_agent_run_then_restart(tmp_path: Path) -> None
                 await h.handshake()
                 notice = await h.wait_notice(f"{run_id}:end")
                 assert notice["tags"][-1] == "swarmbase:interrupted"
+                assert notice["origin"]["endHash"] == run_json["end"]["hash"]        # sealed at boot
                 await trio.sleep(0.5)
                 assert end_notices(h) == [f"{run_id}:end"]     # exactly once
                 hold.unlink()

@@ -25,17 +25,26 @@ async def raw_exchange(url: str, frames: list[str], n_answers: int) -> list[dict
 
 # -- auth --------------------------------------------------------------------
 
-@pytest.mark.parametrize("token", [None, "", "wrong-token"])
-async def test_bad_or_missing_token_gets_32001_then_4001(running: Env, token: str | None) -> None:
+INITIALIZE = '{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}'
+
+
+@pytest.mark.parametrize("token, first, rid", [
+    (None, INITIALIZE, 0), ("", INITIALIZE, 0), ("wrong-token", INITIALIZE, 0),
+    ("wrong-token", '{"jsonrpc": "2.0", "method": "notifications/initialized"}', None),   # a notification too
+    (None, "not json", None),
+])
+async def test_bad_or_missing_token_gets_32001_then_4001(running: Env, token: str | None, first: str,
+                                                         rid: int | None) -> None:
     url = running.ws if token is None else f"{running.ws}?token={token}"
     with trio.fail_after(10):
         async with open_websocket_url(url) as ws:
-            await ws.send_message(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}))
+            await ws.send_message(first)
+            await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"}))
             answer = json.loads(await ws.get_message())
-            assert answer["id"] == 0
+            assert answer["id"] == rid
             assert answer["error"]["code"] == -32001
             assert answer["error"]["message"].startswith("unauthorized")
+            # Answered at once, and nothing after the first frame is: the connection is closed.
             with pytest.raises(ConnectionClosed) as ei:
                 await ws.get_message()
             assert ei.value.reason.code == 4001

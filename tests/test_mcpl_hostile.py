@@ -16,6 +16,7 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 import swarmbase
 from swarmbase.client import connect
 from swarmbase.mcpl import tools
+from swarmbase.mcpl.session import UNAUTH_CLOSE_AFTER_S, Hub, Session
 
 from .clidaemon import CliDaemon, cli_daemon
 from .conftest import Env, write_config
@@ -80,21 +81,52 @@ async def test_non_finite_numbers_and_deep_frames_against_the_daemon_process(tmp
                 await ws.send_message(call % (8, ok_args))          # deep but within bounds: fine
                 assert "runId" in (await answers(ws, 1))[8]["result"]["structuredContent"]
 
-            # Before auth: a wrong token's connection survives the same frames and is refused cleanly.
-            async with open_websocket_url(f"{d.ws}?token=wrong", max_message_size=16 * 1024 * 1024) as ws:
-                await ws.send_message("[" * 100_000)
-                await ws.send_message('{"jsonrpc":"2.0","id":NaN,"method":"initialize"}')
-                await ws.send_message(INIT)
-                refused = json.loads(await ws.get_message())
-                assert refused["id"] == 0 and refused["error"]["code"] == -32001
-                with pytest.raises(ConnectionClosed) as ei:
-                    await ws.get_message()
-                assert ei.value.reason.code == 4001
+            # Before auth: whatever a connection without a valid token sends first — a frame
+            # nested 100,000 deep (never closed, or closed), a NaN id, binary garbage, a real
+            # request — is answered -32001 and the connection closed at once.
+            for url in (f"{d.ws}?token=wrong", d.ws):
+                for first, rid in [("[" * 100_000, None), ("[" * 100_000 + "]" * 100_000, None),
+                                   ('{"jsonrpc":"2.0","id":NaN,"method":"initialize"}', None),
+                                   (b"\xff\xfe\x00garbage", None), (INIT, 0)]:
+                    async with open_websocket_url(url, max_message_size=16 * 1024 * 1024) as ws:
+                        await ws.send_message(first)
+                        await ws.send_message(INIT.replace('"id": 0', '"id": 9'))   # never read
+                        refused = json.loads(await ws.get_message())
+                        assert refused["id"] == rid and refused["error"]["code"] == -32001, (first[:20], refused)
+                        with pytest.raises(ConnectionClosed) as ei:
+                            await ws.get_message()
+                        assert ei.value.reason.code == 4001
             async with connect(d.ws, tokens["alice"]) as h:      # and the daemon serves on
                 await h.handshake()
                 assert await h.request("ping") == {}
         await trio.sleep(0.2)
     assert_no_traceback(d)
+
+
+class SilentPeer:
+    """A transport whose peer never sends a frame."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.closed: int | None = None
+
+    async def send(self, text: str) -> None:
+        self.sent.append(text)
+
+    async def receive(self) -> str:
+        await trio.sleep_forever()
+        raise AssertionError
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closed = code
+
+
+async def test_an_unauthenticated_peer_that_sends_nothing_is_closed(autojump_clock: trio.testing.MockClock) -> None:
+    peer = SilentPeer()
+    with trio.fail_after(UNAUTH_CLOSE_AFTER_S * 2):
+        await Session(peer, None, sup=None, outbox=None, hub=Hub()).serve()   # type: ignore[arg-type]
+    assert peer.closed == 4001 and peer.sent == []
+    assert trio.current_time() == pytest.approx(UNAUTH_CLOSE_AFTER_S)
 
 
 async def test_internal_error_text_shows_no_paths_or_stack(running: Env, monkeypatch: pytest.MonkeyPatch,

@@ -71,6 +71,28 @@ def test_a_held_notice_keeps_the_ones_behind_it_waiting(tmp_path: Path) -> None:
     assert box.next_pending("bob", skip={notice(2)["eventId"]})["eventId"] == notice(3)["eventId"]
 
 
+def test_an_amended_notice_replaces_the_first_on_reload(tmp_path: Path) -> None:
+    # A run's end notice is queued held, then amended with its end-record hash.
+    p = tmp_path / "outbox.jsonl"
+    box = Outbox(p)
+    box.add("bob", notice(1))
+    box.add("bob", notice(2), hold=True)
+    box.add("bob", notice(3))
+    amended = {**notice(2), "origin": {**notice(2)["origin"], "endHash": "ab" * 32}}
+    assert box.amend(notice(2)["eventId"], amended)
+    assert not box.amend(notice(7)["eventId"], notice(7))            # nothing to amend
+    assert not box.amend(notice(1)["eventId"], notice(2))            # another eventId: refused
+    assert [ln["op"] for ln in lines(p)] == ["add"] * 4 and box.persisted
+    box.release(notice(2)["eventId"])
+    again = Outbox(p)
+    assert again.pending("bob") == [notice(1), amended, notice(3)]     # its place kept
+    # Three live notices in four lines: the earlier add is a dead line (for compaction).
+    assert (again._file_lines, again._file_live) == (4, 3)
+    again.ack(notice(1)["eventId"])
+    again.ack(notice(2)["eventId"])
+    assert Outbox(p).pending("bob") == [notice(3)]
+
+
 def test_torn_tail_loses_nothing_whole(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     p = tmp_path / "outbox.jsonl"
     ob = Outbox(p)

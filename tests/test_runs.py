@@ -55,14 +55,15 @@ async def test_notice_reaches_connected_host_exactly(running: Env) -> None:
             n = await h.wait_notice(f"{run_id}:end")
     assert n["featureSet"] == "swarmbase.notify"
     assert n["eventId"] == f"{run_id}:end"
+    end_hash = running.services.supervisor.runs[run_id].end["hash"]
     assert n["origin"] == {"source": "swarmbase", "kind": "run-end", "runId": run_id,
-                           "url": f"{running.url}/runs/{run_id}"}
+                           "url": f"{running.url}/runs/{run_id}", "endHash": end_hash}
     assert n["tags"] == ["surface:done", "swarmbase:run-end", "swarmbase:completed"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", n["timestamp"])
     [block] = n["payload"]["content"]
     assert block["type"] == "text"
     assert block["text"].startswith(f"Run notice test ({run_id}) completed: 0 agents, $0.0000 of $5.0000.")
-    assert '"answer": 42' in block["text"]
+    assert '"answer": 42' in block["text"] and block["text"].endswith(f"\nEnd record hash: {end_hash}")
     # Accepted notices leave the outbox.
     assert running.services.outbox.pending("alice") == []
 
@@ -119,12 +120,15 @@ async def test_offline_caller_gets_notices_on_connect_oldest_first(env: Env, nur
             ids = [(await h.tool("run", {"script": f"return await agent('{i}')"}))["structuredContent"]["runId"]
                    for i in range(3)]
         gate.open.set()   # the runs end while bob is offline
-        while any(env.services.supervisor.runs[i].active for i in ids):
+        while any(i in env.services.supervisor.live for i in ids):       # each run's end fully recorded
             await trio.sleep(0.02)
         queued = [n["eventId"] for n in env.services.outbox.pending("bob")]
         assert sorted(queued) == sorted(f"{i}:end" for i in ids)
         on_disk = [json.loads(line) for line in (env.state / "outbox.jsonl").read_text().splitlines()]
-        assert [e["notice"]["eventId"] for e in on_disk if e["op"] == "add"] == queued
+        adds = [e["notice"] for e in on_disk if e["op"] == "add"]
+        # Each end notice is added held, then amended once with its end-record hash.
+        assert list(dict.fromkeys(n["eventId"] for n in adds)) == queued and len(adds) == 2 * len(queued)
+        assert all("endHash" in n["origin"] for n in {n["eventId"]: n for n in adds}.values())
         async with connect(env.ws, env.tokens["bob"]) as h:
             await h.handshake()
             got = [await h.notices.receive() for _ in ids]

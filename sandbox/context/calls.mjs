@@ -26,11 +26,34 @@
 export const CALLS = String.raw`
   const out = [];
   const send = (msg) => { out.push(JSON.stringify(msg)); };
+  // Every value a script hands the daemon passes here. The daemon refuses values nested
+  // deeper than this (swarmbase/json_depth.py MAX_DEPTH, the same number), so it is
+  // checked here too, where a catch can still handle it.
+  const MAX_DEPTH = 100;
+  const tooDeep = (v) => {
+    const stack = [[v, 1]];
+    while (stack.length) {
+      const [c, d] = stack.pop();
+      if (d > MAX_DEPTH) return true;
+      for (const x of Array.isArray(c) ? c : Object.values(c)) {
+        if (x !== null && typeof x === 'object') stack.push([x, d + 1]);
+      }
+    }
+    return false;
+  };
   const plain = (v, what) => {
     if (v === undefined) return null;
-    const text = JSON.stringify(v);
+    let text;
+    const deep = () => new TypeError(what + ': nested deeper than ' + MAX_DEPTH + ' levels (the limit)');
+    try { text = JSON.stringify(v); } catch (e) {
+      // Far too deep for V8's own stack: the same answer.
+      if (e instanceof RangeError && /call stack/i.test(e.message)) throw deep();
+      throw e;
+    }
     if (text === undefined) throw new TypeError(what + ' must be JSON-serialisable');
-    return JSON.parse(text);
+    const value = JSON.parse(text);
+    if (value !== null && typeof value === 'object' && tooDeep(value)) throw deep();
+    return value;
   };
   const def = (name, value) => Object.defineProperty(globalThis, name,
     { value, writable: false, enumerable: false, configurable: false });

@@ -1,6 +1,12 @@
-"""`python -m swarmbase audit RUN_ID [--json]`: the tree, the totals per depth, and the
-verdict. Exit 0 when every chain is intact (or the runs predate chains), 1 naming the
-first broken file and line, 2 when the run cannot be found."""
+"""`python -m swarmbase audit RUN_ID [--json] [--expect-hash HASH]`: the tree, the totals
+per depth, and the verdict. Exit 0 when every chain is intact (or the runs predate
+chains), 1 naming the first broken file and line, 2 when the run cannot be found.
+
+The chains make an edit evident, but whoever can rewrite every file of a run can rewrite
+it consistently. `--expect-hash` checks the run against the hash of its end record kept
+elsewhere (the `endHash` of its run-end notice): the end record covers the run's facts,
+the last entry of every chain, its files and its link (which holds the end hash of the
+run it resumed), so a rewrite anywhere in the run or in what it resumed changes it."""
 
 from __future__ import annotations
 
@@ -73,7 +79,21 @@ def _run_lines(r: RunNode, indent: str, out: list[str]) -> None:
         _run_lines(k, indent + "  ", out)
 
 
-def render_text(tree: AuditTree) -> str:
+def hash_check(tree: AuditTree, idx: RunIndex, expected: str | None) -> str | None:
+    """Why the audited run fails `--expect-hash` (None: it passes, or no hash was given)."""
+    if expected is None:
+        return None
+    end = idx.runs[tree.run_id].get("end")
+    actual = end.get("hash") if isinstance(end, dict) else None
+    if actual is None:
+        return f"{tree.run_id} has no end record, so there is no hash to check against {expected}"
+    if actual != expected.strip().lower():
+        return (f"{tree.run_id}'s end record hash is {actual}, not the expected {expected}: its records were "
+                f"rewritten since that hash was taken (or the hash belongs to another run)")
+    return None
+
+
+def render_text(tree: AuditTree, expected: str | None = None, mismatch: str | None = None) -> str:
     out: list[str] = [f"audit of {tree.run_id}: {len(tree.all_runs())} run(s), oldest first"]
     for r in tree.runs:
         _run_lines(r, "", out)
@@ -87,24 +107,31 @@ def render_text(tree: AuditTree) -> str:
     brk = tree.first_break()
     if brk is not None:
         out.append(f"BROKEN: {brk.file} line {brk.line}: {brk.reason}")
+    elif mismatch is not None:
+        out.append(f"BROKEN: {mismatch}")
     elif all(r.verdict.status == "unchained" for r in tree.all_runs()):
         out.append("unchained: these runs predate hash chains; nothing could be verified")
     else:
-        out.append("verified: every chain is intact")
+        out.append("verified: every chain is intact" + (", and the end record hash is the expected one"
+                                                        if expected is not None else ""))
     return "\n".join(out) + "\n"
 
 
-def render_json(tree: AuditTree) -> dict[str, Any]:
+def render_json(tree: AuditTree, expected: str | None = None, mismatch: str | None = None) -> dict[str, Any]:
     brk = tree.first_break()
-    return {"runId": tree.run_id, "verified": brk is None,
-            "break": {"file": brk.file, "line": brk.line, "reason": brk.reason} if brk else None,
-            "runs": [r.to_json() for r in tree.runs],
-            "totalsByDepth": [{"depth": d, **t} for d, t in tree.totals_by_depth().items()],
-            "totals": tree.totals()}
+    out = {"runId": tree.run_id, "verified": brk is None and mismatch is None,
+           "break": {"file": brk.file, "line": brk.line, "reason": brk.reason} if brk else None,
+           "runs": [r.to_json() for r in tree.runs],
+           "totalsByDepth": [{"depth": d, **t} for d, t in tree.totals_by_depth().items()],
+           "totals": tree.totals()}
+    if expected is not None:
+        out["expectedHash"] = expected
+        out["hashMismatch"] = mismatch
+    return out
 
 
 def audit_command(state_dir: Path, run_id: str, as_json: bool = False, out: TextIO = sys.stdout,
-                  err: TextIO = sys.stderr) -> int:
+                  err: TextIO = sys.stderr, expect_hash: str | None = None) -> int:
     idx = RunIndex.scan(state_dir)
     if run_id not in idx.dirs:
         print(f"swarmbase audit: no run {run_id!r} under {state_dir / 'runs'}", file=err)
@@ -112,8 +139,9 @@ def audit_command(state_dir: Path, run_id: str, as_json: bool = False, out: Text
             print(f"swarmbase audit: note: {idx.rel(d / 'run.json')} cannot be read", file=err)
         return 2
     tree = build(idx, run_id)
+    mismatch = hash_check(tree, idx, expect_hash)
     if as_json:
-        out.write(json.dumps(render_json(tree), ensure_ascii=False, indent=1) + "\n")
+        out.write(json.dumps(render_json(tree, expect_hash, mismatch), ensure_ascii=False, indent=1) + "\n")
     else:
-        out.write(render_text(tree))
-    return 1 if tree.first_break() is not None else 0
+        out.write(render_text(tree, expect_hash, mismatch))
+    return 1 if tree.first_break() is not None or mismatch is not None else 0

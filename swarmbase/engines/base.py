@@ -7,11 +7,11 @@ owns caps, budgets, records and the journal around them.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Mapping, Protocol
 
 import attrs
 
+from .. import json_depth
 from ..launch.egress import Endpoint, endpoints
 from ..launch.spec import Launcher
 from ..prices import Tokens
@@ -91,12 +91,25 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _TooDeep:
+    def __repr__(self) -> str:
+        return "TOO_DEEP"
+
+
+# What parse_json_line gives for a line nested deeper than json_depth.LINE_DEPTH: a hostile
+# (or broken) model answer the engine must refuse, saying so, rather than just miss.
+TOO_DEEP = _TooDeep()
+
+
 def parse_json_line(line: bytes) -> Any:
     """One event of a CLI's stream; None for anything that is not strict JSON (NaN and
-    Infinity tokens included: nothing non-finite may reach a result or a record)."""
+    Infinity tokens included: nothing non-finite may reach a result or a record),
+    TOO_DEEP for a line nested deeper than json_depth.LINE_DEPTH."""
     try:
-        return json.loads(line, parse_constant=_no_constants)
-    except (ValueError, RecursionError):
+        return json_depth.loads(line, json_depth.LINE_DEPTH, parse_constant=_no_constants)
+    except json_depth.TooDeep:
+        return TOO_DEEP
+    except ValueError:
         return None
 
 

@@ -22,7 +22,9 @@ from typing import Any, Mapping
 import attrs
 import jsonschema
 
+from .. import json_depth
 from ..prices import Tokens
+from .base import TOO_DEEP
 from .verdict import Verdict
 
 PROFILE_TOOLS = {
@@ -164,8 +166,12 @@ class StreamState:
     last_text: str | None = None
     api_errors: list[str] = attrs.Factory(list)
     partial: bool = False                             # stream events seen
+    too_deep: int = 0                                 # lines refused for their nesting
 
     def feed(self, event: Any) -> None:
+        if event is TOO_DEEP:
+            self.too_deep += 1
+            return
         if not isinstance(event, dict):
             return
         t = event.get("type")
@@ -255,8 +261,11 @@ def judge(state: StreamState, schema: dict[str, Any] | None) -> Verdict:
     r = state.result
     if r is None:
         tokens = state.streamed_tokens
-        return Verdict(ok=False, error="the agent ended without a result (crash, kill or hang)",
-                       tokens=tokens, cost_usd=0.0 if state.responses == 0 else None,
+        error = "the agent ended without a result (crash, kill or hang)"
+        if state.too_deep:
+            error = (f"the CLI's output nested deeper than {json_depth.MAX_DEPTH} levels (the limit for a "
+                     f"model's answer) and was refused")
+        return Verdict(ok=False, error=error, tokens=tokens, cost_usd=0.0 if state.responses == 0 else None,
                        tokens_exact=state.responses == 0)
     tokens = result_tokens(r) or state.streamed_tokens
     raw_cost = r.get("total_cost_usd")
@@ -277,6 +286,10 @@ def judge(state: StreamState, schema: dict[str, Any] | None) -> Verdict:
             msg = "no structured output: the agent never produced an object matching the schema"
             return Verdict(ok=False, error=msg, schema_error=msg, text=state.last_text,
                            cost_usd=cost, tokens=tokens, tokens_exact=exact)
+        if json_depth.deeper_than(value, json_depth.MAX_DEPTH):
+            # Refused before jsonschema walks it (recursively: ~4 frames a level).
+            msg = f"the structured output nests deeper than {json_depth.MAX_DEPTH} levels (the limit)"
+            return Verdict(ok=False, error=msg, cost_usd=cost, tokens=tokens, tokens_exact=exact)
         try:
             jsonschema.validate(value, schema)
         except jsonschema.ValidationError as e:

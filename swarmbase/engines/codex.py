@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import attrs
 import jsonschema
 
+from .. import json_depth
 from ..prices import Tokens
 
 METER_ENV = "SWARMBASE_METER_TOKEN"
@@ -185,7 +186,10 @@ def judge(stream: CodexStream, schema: dict[str, Any] | None) -> CodexVerdict:
     if schema is None:
         return CodexVerdict(ok=True, value=text, text=text)
     try:
-        value = json.loads(text)
+        value = json_depth.loads(text)
+    except json_depth.TooDeep:
+        return CodexVerdict(ok=False, text=text[:10_000], error=(
+            f"the structured output nests deeper than {json_depth.MAX_DEPTH} levels (the limit)"))
     except ValueError:
         msg = "structured output is not JSON (the CLI does not validate it)"
         return CodexVerdict(ok=False, error=msg, schema_error=msg, text=text)

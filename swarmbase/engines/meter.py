@@ -26,6 +26,7 @@ import attrs
 import httpx
 import trio
 
+from .. import json_depth
 from ..config import PriceRow
 from .. import money
 from ..prices import Tokens, cost
@@ -196,8 +197,8 @@ def event_data(raw: bytes) -> Any:
     if not lines:
         return None
     try:
-        return json.loads(b"\n".join(lines))
-    except ValueError:
+        return json_depth.loads(b"\n".join(lines), json_depth.LINE_DEPTH)
+    except ValueError:           # not JSON, or nested too deep to be an event worth reading
         return None
 
 

@@ -149,18 +149,18 @@ class Session:
             self.hub.detach(self)
 
     async def _refuse(self) -> None:
-        """Bad or missing token: answer the first request with -32001, close 4001."""
+        """Bad or missing token: the first frame, whatever it is (a request, a notification,
+        a frame that is not JSON or nests too deep to parse), is answered -32001 (with the
+        request's id when it has one) and the connection closed 4001 at once. Reading on
+        would let an unauthenticated peer hold the connection and make the daemon parse
+        what it sends; one that sends nothing is closed after UNAUTH_CLOSE_AFTER_S."""
         with trio.move_on_after(UNAUTH_CLOSE_AFTER_S):
-            while True:
-                frame = await self.t.receive()
-                parsed = jsonrpc.parse_frame(frame if isinstance(frame, str) else frame.decode("utf-8", "replace"))
-                if isinstance(parsed, RpcError):
-                    continue
-                rid = next((m.id for m in parsed if isinstance(m, (Request, Invalid)) and m.id is not None), None)
-                if rid is not None:
-                    await self.send(jsonrpc.error(rid, RpcError(
-                        jsonrpc.UNAUTHORIZED, "unauthorized: the token is missing or matches no caller")))
-                    break
+            frame = await self.t.receive()
+            parsed = jsonrpc.parse_frame(frame if isinstance(frame, str) else frame.decode("utf-8", "replace"))
+            messages = [] if isinstance(parsed, RpcError) else parsed
+            rid = next((m.id for m in messages if isinstance(m, (Request, Invalid)) and m.id is not None), None)
+            await self.send(jsonrpc.error(rid, RpcError(
+                jsonrpc.UNAUTHORIZED, "unauthorized: the token is missing or matches no caller")))
         await self.close(CLOSE_UNAUTHORIZED, "unauthorized")
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:

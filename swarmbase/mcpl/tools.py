@@ -224,6 +224,8 @@ def _workflows(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, 
 def _save_workflow(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     try:
         workflows.save(sup.cfg.state_dir, caller.name, a["name"], a["script"])
+    except workflows.WorkflowError as e:     # e.g. "x\n": the schema's `$` (re.search) lets it by
+        raise ToolError(f"name {a['name']!r}: {e}") from None
     except OSError as e:
         raise ToolError(f"the workflow could not be saved: {e.strerror or e}") from None
     return {"name": a["name"], "saved": True}

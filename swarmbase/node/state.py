@@ -21,7 +21,7 @@ def node_dir() -> Path:
 
 def _safe(*parts: str) -> None:
     for p in parts:
-        if not NAME.match(p):
+        if not NAME.fullmatch(p) or p in (".", ".."):
             raise ValueError(f"not a plain name: {p[:60]!r}")
 
 

@@ -57,6 +57,8 @@ def recover(sup: "Supervisor") -> list[Run]:
     interrupted = []
     for run in sup.store.load_all(lambda path, fault: report_damage(sup, path, fault)):
         sup.runs[run.id] = run
+        if not run.active:
+            _stamp_end_notice(sup, run)
         if run.active:
             _interrupt(sup, run)
             if run.status == "interrupted":
@@ -85,6 +87,8 @@ def _interrupt(sup: "Supervisor", run: Run) -> None:
             sup.store.save(run)
         except OSError as e:
             log.error("run %s: could not record its end: %s", run.id, e)
+            return
+        _stamp_end_notice(sup, run)
         return
     run.set_status("interrupted", now, reason=INTERRUPTED)
     run.error = f"interrupted: {INTERRUPTED}"
@@ -92,14 +96,33 @@ def _interrupt(sup: "Supervisor", run: Run) -> None:
         _interrupt_agents(sup, run, chains)
     except (DamagedFile, OSError) as e:
         log.warning("run %s: could not mark its agents interrupted: %s", run.id, e)
+    end_hash = None
     try:
         sup.store.append_log(run, f"run interrupted: {INTERRUPTED}", "error", chains)
         if chains is not None:            # seal what the dead daemon left, as it is on disk
             run.end = chains.end_record(run.to_json(), end_files(d))
         sup.store.save(run)
+        end_hash = run.end["hash"] if run.end else None
     except OSError as e:
         log.error("run %s: could not record the interruption: %s", run.id, e)
-    sup.outbox.add(run.caller, notices.build(run, None, url=sup.run_url(run.id)))
+    sup.outbox.add(run.caller, notices.build(run, None, url=sup.run_url(run.id), end_hash=end_hash))
+
+
+def _stamp_end_notice(sup: "Supervisor", run: Run) -> None:
+    """An ended run whose end notice is still queued without its end-record hash (the old
+    daemon died between writing the record and amending the notice, or the record was
+    written at boot): the notice gets the hash before it is pushed."""
+    eid = notices.event_id(run.id)
+    queued = sup.outbox.notice(eid)
+    if queued is None or notices.end_hash_of(queued) is not None or not run.sealed:
+        return
+    try:
+        end = run.end
+    except OSError as e:                  # its run.json cannot be read back now
+        log.warning("run %s: its end notice goes out without the end-record hash: %s", run.id, e)
+        return
+    if end is not None:
+        sup.outbox.amend(eid, notices.with_end_hash(queued, end["hash"]))
 
 
 def _interrupt_agents(sup: "Supervisor", run: Run, chains: Any = None) -> None:

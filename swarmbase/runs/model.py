@@ -186,7 +186,7 @@ class Run:
                 raise ValueError(f"{key} is not a finite number")
             return float(v)
 
-        if not isinstance(d.get("id"), str) or not RUN_ID.match(d["id"]):
+        if not isinstance(d.get("id"), str) or not RUN_ID.fullmatch(d["id"]):
             raise ValueError("no valid run id")
         if d.get("status") not in STATUSES:
             raise ValueError(f"unknown status {str(d.get('status'))[:40]!r}")

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from .. import fsutil
+from .. import fsutil, json_depth
 from ..prices import Tokens
 from .model import iso
 
@@ -155,8 +155,8 @@ class Transcript:
     def append(self, line: bytes) -> None:
         text = self.redact(line.decode("utf-8", "replace"))
         try:
-            value = json.loads(text)
-        except ValueError:
+            value = json_depth.loads(text, json_depth.LINE_DEPTH)
+        except ValueError:             # not JSON, or nested too deep to keep as JSON
             value = {"type": "raw", "text": text[:10_000]}
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

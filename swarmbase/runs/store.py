@@ -182,7 +182,7 @@ class RunStore:
             name = entry.name
             if ".damaged-" in name or name.startswith("."):
                 continue
-            if not RUN_DIR.match(name):
+            if not RUN_DIR.fullmatch(name):
                 if entry.is_dir():
                     continue          # not ours (and not a run): leave it alone
                 damaged(entry, "not a run directory")

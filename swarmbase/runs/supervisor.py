@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import trio
 
-from .. import fsutil, money, notices
+from .. import fsutil, json_depth, money, notices
 from ..audit.rundirs import chains_from_disk, end_files
 from ..audit.seal import RunChains
 from ..config import PROFILES, Caller, Config
@@ -272,6 +272,8 @@ class Supervisor:
         profile = params.get("profile") or PROFILES[min(PROFILES.index("read"), PROFILES.index(caller.maxProfile))]
         if PROFILES.index(profile) > PROFILES.index(caller.maxProfile):
             raise RunRefused(f"profile {profile!r} is above this caller's maxProfile {caller.maxProfile!r}")
+        if json_depth.deeper_than(params.get("args"), json_depth.MAX_DEPTH):
+            raise RunRefused(f"args: nested deeper than {json_depth.MAX_DEPTH} levels (the limit)")
         budget_usd = float(params.get("budgetUsd", caller.runUsdDefault))
         if budget_usd > caller.runUsdMax:
             raise RunRefused(f"budgetUsd {budget_usd:g} is above this caller's runUsdMax {caller.runUsdMax:g}")
@@ -399,10 +401,16 @@ class Supervisor:
         # The notice is queued (durably) first and held until the final record is written:
         # a crash in between leaves the notice, from which the next boot completes the record
         # (boot.py); the other order could lose the notice for good.
+        # Once the sealed end record is written, the held notice is amended to carry its
+        # hash (a crash in between: boot amends it, boot.py); a record that could not be
+        # written leaves the notice without one.
         notice = notices.build(run, preview, url=self.run_url(run.id))
         self.outbox.add(run.caller, notice, hold=True)
         try:
             await flush.write(self, live, final=True)
+            end = run.end
+            if end is not None:
+                self.outbox.amend(notice["eventId"], notices.with_end_hash(notice, end["hash"]))
             run.stow_end(self.store.dir(run) / "run.json")
         except OSError as e:
             log.error("run %s: its end could not be written (%s); kept in memory, retried", run.id, e)

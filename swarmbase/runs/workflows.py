@@ -29,6 +29,8 @@ from .journal import KeyCounter
 if TYPE_CHECKING:
     from .live import LiveRun
 
+# A saved workflow's file name: matched whole (fullmatch), since `$` also matches before a
+# final newline and NAME.match("x\n") once let save_workflow write "x\n.js".
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 KNOWN = ("label", "budgetUsd", "budgetTokens", "profile")
 MAX_SOURCE_CHARS = 1_000_000
@@ -103,7 +105,7 @@ def saved_dir(state_dir: Path, caller: str) -> Path:
 
 
 def load_saved(state_dir: Path, caller: str, name: str) -> str:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise WorkflowError("workflow(): a saved workflow's name is 1-64 letters, digits, '_' or '-'")
     path = saved_dir(state_dir, caller) / f"{name}.js"
     try:
@@ -191,7 +193,7 @@ async def slice_budget(parent: Any, call: WorkflowCall) -> tuple[BudgetGate, Bud
 
 def save(state_dir: Path, caller: str, name: str, script: str) -> Path:
     """A caller's saved workflow, written whole (the `save_workflow` tool)."""
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise WorkflowError("name must be 1-64 letters, digits, '_' or '-'")
     d = saved_dir(state_dir, caller)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -7,6 +7,8 @@ The scenario is chosen by a marker in the prompt text, `[[name]]` or `[[name:arg
   [[usage:IN,OUT]]    plain reply whose usage is IN input and OUT output tokens (drives cost)
   [[structured:JSON]] call the StructuredOutput tool with JSON as input
   [[textonly]]        answer with text even when a schema asks for StructuredOutput
+  [[deep:N]]          call StructuredOutput with an object nested N levels deep ({"a":{"a":…}});
+                      a later request (whose history holds that input) gets text
   [[badonce:JSON]]    text only (no structured output) until the prompt carries SwarmBase's
                       schema nudge; then call StructuredOutput with JSON
   [[read:PATH]]       call Read on PATH, then reply with what the tool returned
@@ -75,8 +77,9 @@ def message_events(model: str, blocks: list[dict[str, Any]], stop: str, usage: t
         else:
             evs.append(sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
                 "type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}}))
+            # `input_json`: the input as JSON text, for inputs too deep for json.dumps.
             evs.append(sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
-                "type": "input_json_delta", "partial_json": json.dumps(b["input"])}}))
+                "type": "input_json_delta", "partial_json": b.get("input_json") or json.dumps(b["input"])}}))
         evs.append(sse("content_block_stop", {"type": "content_block_stop", "index": i}))
     evs.append(sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                                      "usage": {"output_tokens": usage[1]}}))
@@ -99,7 +102,16 @@ class FakeAnthropic:
 
         @app.post("/v1/messages")
         async def messages() -> Any:
-            body = await request.get_json(force=True)
+            raw = await request.get_data(as_text=True)
+            try:
+                body = json.loads(raw)
+            except RecursionError:
+                # The history holds a [[deep:N]] answer: Python cannot parse it, so keep
+                # what the scenario needs (the marker, and that a tool was called).
+                marker = re.search(r"\[\[deep:\d+\]\]", raw)
+                body = {"messages": [{"role": "user", "content": [
+                    {"type": "text", "text": marker.group(0) if marker else ""},
+                    {"type": "tool_result", "content": "(too deep to parse)"}]}]}
             entry = {"headers": {k.lower(): v for k, v in request.headers.items()}, "body": body,
                      "at": trio.current_time(), "prompt": prompt_of(body)}
             self.requests.append(entry)
@@ -140,6 +152,11 @@ class FakeAnthropic:
             blocks = [{"type": "text", "text": "I would rather answer in prose."}]
         elif kind == "structured" and not done_tools:
             blocks = [{"type": "tool_use", "id": "toolu_s1", "name": "StructuredOutput", "input": json.loads(arg)}]
+            stop = "tool_use"
+        elif kind == "deep" and not done_tools:
+            n = int(arg)
+            blocks = [{"type": "tool_use", "id": "toolu_d1", "name": "StructuredOutput",
+                       "input_json": '{"a":' * n + "1" + "}" * n}]
             stop = "tool_use"
         elif kind == "read" and not done_tools:
             blocks = [{"type": "tool_use", "id": "toolu_r1", "name": "Read", "input": {"file_path": arg}}]
