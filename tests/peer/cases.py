@@ -32,12 +32,15 @@ class Case:
     # A deliberate difference: what it is. `check(cc, sb)` then asserts its exact shape.
     differs: str | None = None
     check: Check | None = None
-    needs: tuple[str, ...] = ()          # set-up: "saved-sub", "repo", "script-file"
+    needs: tuple[str, ...] = ()          # set-up: "saved-sub", "repo", "script-file", "target"
     call: dict[str, Any] = attrs.Factory(dict)     # more Workflow call keys (both runtimes)
+    no_meta: bool = False                # run the script as it is, without the usual meta block
 
     @property
     def full_script(self) -> str:
-        return self.script if self.script.startswith("export const meta") else META + self.script
+        if self.no_meta or self.script.startswith("export const meta"):
+            return self.script
+        return META + self.script
 
     def workflow_input(self) -> dict[str, Any]:
         call: dict[str, Any] = {"script": self.full_script, **self.call}
@@ -91,6 +94,45 @@ def _timers(cc: Any, sb: Any) -> None:
     assert sb.result == "undefined"
 
 
+def _target(cc: Any, sb: Any) -> None:
+    # Claude Code 2.1.328 never sets a token target; SwarmBase's is the run's tokenTarget.
+    assert cc.result == {"total": None, "infinite": True}
+    assert sb.result == {"total": 1000, "infinite": False}
+
+
+def _meta_optional(cc: Any, sb: Any) -> None:
+    assert cc is None                      # refused: the meta block must be the first statement
+    assert sb.status == "completed" and sb.result == "ran"
+
+
+def _meta_constant(cc: Any, sb: Any) -> None:
+    assert cc.result == {"type": "undefined"} and sb.result == {"type": "object", "name": "constant"}
+
+
+def _phase_model(cc: Any, sb: Any) -> None:
+    assert cc.result == "model: claude-opus-5-5"            # the session's model
+    assert sb.result.startswith("model: ") and "haiku" in sb.result
+
+
+def _args_null(cc: Any, sb: Any) -> None:
+    assert cc.result == {"type": "object", "isNull": True}
+    assert sb.result == {"type": "undefined", "isNull": False}
+
+
+def _required_missing(cc: Any, sb: Any) -> None:
+    # Both throw; the peer only after its agent ran and could not satisfy the schema.
+    assert "completed without calling StructuredOutput" in cc.result
+    assert "it requires 'b', which is not in its properties" in sb.result
+
+
+def _display(cc: Any, sb: Any) -> None:
+    assert cc.result == sb.result == "re: an unlabelled agent whose prompt is longer than sixty characters, by far"
+    peer_labels = [p["label"] for p in cc.record.get("workflowProgress", []) if p.get("type") == "workflow_agent"]
+    assert peer_labels == ["an unlabelled agent whose prompt is longer than sixty charac"]
+    assert [a["label"] for ph in sb.phases for a in ph.get("agents", [])] == ["agent 1"]
+    assert "[object]" in cc.logs and '{"x":1} second' in sb.logs
+
+
 SCHEMA = "{type: 'object', properties: {title: {type: 'string'}, score: {type: 'integer', minimum: 1, maximum: 5}, " \
          "tags: {type: 'array', items: {type: 'string'}}, ok: {type: 'boolean'}, kind: {enum: ['bug', 'perf']}}, " \
          "required: ['title', 'score']}"
@@ -131,7 +173,7 @@ CASES: list[Case] = [
     Case("pipeline-null-skips-stages",
          "const seen = [];\nconst r = await pipeline(['x', 'y'], (v) => v === 'x' ? null : v,\n"
          "  (p) => { seen.push(p); return p + '!'; });\nreturn {r, seen};"),
-    Case("pipeline-agents", "return await pipeline(['alpha', 'beta'], (t) => agent('find in ' + t),\n"
+    Case("pipeline-agents", "return await pipeline(['alpha'], (t) => agent('find in ' + t),\n"
                             "  (found, t, i) => agent(`check ${i}: ${found}`));"),
     Case("review-pattern",
          "export const meta = { name: 'review-changes', description: 'review then verify',\n"
@@ -168,7 +210,7 @@ CASES: list[Case] = [
     Case("budget-sizing-idioms",
          "const FLEET = budget.total ? Math.floor(budget.total / 100_000) : 5;\nconst found = [];\n"
          "while (budget.total && budget.remaining() > 50_000) { found.push(await agent('loop')); }\n"
-         "const fleet = await parallel(Array.from({length: FLEET}, (_, i) => () => agent(`scout ${i}`)));\n"
+         "const fleet = await parallel(Array.from({length: FLEET}, (_, i) => () => `scout ${i}`));\n"
          "return {FLEET, found, fleet};"),
     Case("workflow-by-name", "const child = await workflow('sub', {topic: 'trio'});\nreturn {child};", needs=("saved-sub",)),
     Case("workflow-unknown-name",
@@ -199,6 +241,34 @@ CASES: list[Case] = [
     Case("unknown-option", "try { return await agent('plain', {lable: 'typo'}); } catch (e) { return e.message; }",
          differs="unknown agent() options: Claude Code ignores them; SwarmBase refuses them, with a did-you-mean",
          check=_unknown_option),
+    Case("budget-total-target", "return {total: budget.total, infinite: budget.remaining() === Infinity};",
+         needs=("target",), differs="budget.total: always null in Claude Code 2.1.328; SwarmBase's is the run's "
+                                    "tokenTarget", check=_target),
+    Case("meta-optional", "return 'ran';", no_meta=True,
+         differs="meta: required by Claude Code, optional in SwarmBase", check=_meta_optional),
+    Case("meta-constant", "export const meta = { name: 'constant', description: 'reads its own meta' }\n"
+                          "return typeof meta === 'undefined' ? {type: 'undefined'} : {type: typeof meta, name: meta.name};",
+         differs="meta inside the script: undefined in Claude Code, the literal as a constant in SwarmBase",
+         check=_meta_constant),
+    Case("phase-model", "export const meta = { name: 'models', description: 'a phase names its model',\n"
+                        "  phases: [{ title: 'Cheap', model: 'haiku' }] }\n"
+                        "phase('Cheap');\nreturn await agent('which model [[model]]');",
+         differs="phases[].model: recorded but not applied by Claude Code 2.1.328; SwarmBase's default model for "
+                 "the phase's agents", check=_phase_model),
+    Case("args-null", "return {type: typeof args, isNull: args === null};", args=None,
+         differs="args: null reaches the script as undefined in SwarmBase (as no args), as null in Claude Code",
+         check=_args_null),
+    Case("schema-required-missing",
+         "try { return await agent('cannot comply', {schema: {type: 'object', properties: {a: {type: 'string'}},\n"
+         "  required: ['b']}}); } catch (e) { return e.message; }",
+         differs="a schema requiring an unlisted property: refused before the agent starts in SwarmBase; Claude Code "
+                 "starts it and throws when it cannot comply", check=_required_missing),
+    Case("display-labels-and-logs",
+         "log({x: 1}, 'second');\n"
+         "return await agent('an unlabelled agent whose prompt is longer than sixty characters, by far');",
+         differs="display only: an unlabelled agent is 'agent N' here (the prompt's first 60 characters in Claude "
+                 "Code); log() joins its arguments and JSON-encodes objects (Claude Code logs the first, an object "
+                 "as [object])", check=_display),
     Case("timers", "return typeof setTimeout;",
          differs="timers: Claude Code's scripts have setTimeout/clearTimeout; SwarmBase's have no timers",
          check=_timers),

@@ -10,9 +10,10 @@ completed and exits. What the script returned is in the run's record,
 Resume is only possible within the same session: `claude -p --resume <session>` with a
 Workflow call that carries `resumeFromRunId`.
 
-Measured on the 2-core test machine: one peer run of a script with a few agents costs
-~1 CPU-s and ~1.2 s wall (the CLI's start dominates; each of its agents is an in-process
-request, ~0.04 CPU-s).
+Measured on the 2-core test machine (CPU of the CLI's process tree from RUSAGE_CHILDREN,
+median of 5, load average ~23 from other suites): a trivial workflow costs 1.02 CPU-s, one
+with three agents 1.22 CPU-s — the CLI's start dominates, each agent is an in-process
+request (~0.07 CPU-s). Wall time under that load was 2.8–3.9 s.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ difference in what the script returns comes from the runtimes, not from the mode
   its indentation removed — so it is the same under both runtimes:
     * with a StructuredOutput tool: a call of it with an object made from the tool's
       input schema (every property, values derived from the task's hash);
-    * else the text `re: <task>`, or WORDS for a `[[say:WORDS]]` marker;
+    * else the text `re: <task>`, or WORDS for a `[[say:WORDS]]` marker, or
+      `model: <the request's model>` for `[[model]]`;
     * `[[fail]]`: HTTP 400 (a terminal API error: no retry);
     * `[[tokens:N]]`: the reply reports N output tokens (budget tests); default 10.
 """
@@ -95,7 +96,9 @@ def value_for(schema: Any, seed: str) -> Any:
     return f"v{_hash(seed) % 100_000:05d}"
 
 
-def answer_text(task: str) -> str:
+def answer_text(task: str, model: str) -> str:
+    if "[[model]]" in task:
+        return f"model: {model}"
     m = re.search(r"\[\[say:(.*?)\]\]", task, re.S)
     return m.group(1) if m else f"re: {task}"
 
@@ -155,7 +158,7 @@ class DeterministicModel:
             value = value_for(tools["StructuredOutput"].get("input_schema"), task)
             block = {"type": "tool_use", "id": "toolu_so", "name": "StructuredOutput", "input": value}
             return self._stream(model, ([block], "tool_use"), usage)
-        text = "ok" if done else answer_text(task)
+        text = "ok" if done else answer_text(task, model)
         return self._stream(model, ([{"type": "text", "text": text}], "end_turn"), usage)
 
     def _main_turn(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
