@@ -118,7 +118,7 @@ export const HOOKS = String.raw`
     const run = async (item, index) => {
       let v = item;
       for (const stage of stages) {
-        if (v === null || v === undefined) break;
+        if (v === null) break;          // as Claude Code: only null ends an item early
         v = await inBranch(b, () => stage(v, item, index));
       }
       return v;

@@ -171,8 +171,8 @@ CASES: list[Case] = [
          "  (p, item) => { seen.push(item); return p + item; });\nreturn {r, seen};",
          check=_logs_have("pipeline[1] failed: bad 2")),
     Case("pipeline-null-skips-stages",
-         "const seen = [];\nconst r = await pipeline(['x', 'y'], (v) => v === 'x' ? null : v,\n"
-         "  (p) => { seen.push(p); return p + '!'; });\nreturn {r, seen};"),
+         "const seen = [];\nconst r = await pipeline(['x', 'y', 'z'], (v) => v === 'x' ? null : v === 'z' ? undefined : v,\n"
+         "  (p) => { seen.push(String(p)); return p + '!'; });\nreturn {r, seen};"),
     Case("pipeline-agents", "return await pipeline(['alpha'], (t) => agent('find in ' + t),\n"
                             "  (found, t, i) => agent(`check ${i}: ${found}`));"),
     Case("review-pattern",
