@@ -35,6 +35,9 @@ class Case:
     needs: tuple[str, ...] = ()          # set-up: "saved-sub", "repo", "script-file", "target"
     call: dict[str, Any] = attrs.Factory(dict)     # more Workflow call keys (both runtimes)
     no_meta: bool = False                # run the script as it is, without the usual meta block
+    # On the peer, calls of one batch share the turn's budget.spent(): a case that reads it
+    # runs in a CLI of its own.
+    alone: bool = False
 
     @property
     def full_script(self) -> str:
@@ -203,7 +206,7 @@ CASES: list[Case] = [
          args={"items": ["a", "b"], "n": 2, "nested": {"deep": [1, {"x": None}]}}),
     Case("args-absent", "return {type: typeof args, isUndefined: args === undefined};"),
     Case("args-reassigned", "args = (args || 0) + 1;\nreturn args;", args=41),
-    Case("budget-shape",
+    Case("budget-shape", alone=True, script=
          "const before = budget.spent();\nawait agent('spend a little');\nawait agent('and a bit more');\n"
          "return {total: budget.total, before, after: budget.spent(), infinite: budget.remaining() === Infinity,\n"
          "  kinds: [typeof budget.spent, typeof budget.remaining]};"),

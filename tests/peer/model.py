@@ -5,8 +5,8 @@ difference in what the script returns comes from the runtimes, not from the mode
 
 - The **main session** of `claude -p` (its request offers the `Workflow` tool) is the
   driver of the peer: the user prompt carries `conformance-run <token>`, and the first
-  reply to a new token is a `tool_use` of Workflow whose input was registered under that
-  token (`expect`). Every later main-session turn gets a plain "ok". Main-session turns
+  reply to a new token is one `tool_use` of Workflow per input registered under that
+  token (`expect`): one CLI start runs a whole batch of workflows. Every later main-session turn gets a plain "ok". Main-session turns
   report 0 output tokens, so the peer's `budget.spent()` counts subagents only, as
   SwarmBase's does.
 - **Subagents** are every other request (Claude Code's agent() requests lack the Workflow
@@ -111,17 +111,18 @@ def output_tokens(task: str) -> int:
 @attrs.define
 class DeterministicModel:
     url: str = ""
-    calls: dict[str, dict[str, Any]] = attrs.Factory(dict)     # token -> Workflow tool input
+    calls: dict[str, list[dict[str, Any]]] = attrs.Factory(dict)   # token -> Workflow tool inputs
     # Every subagent request, in arrival order: (task, origin). The origin is SwarmBase's
     # run id (its x-gate-channel header) or "cc:<session id>" for the peer's agents.
     subagent_requests: list[tuple[str, str]] = attrs.Factory(list)
     main_requests: int = 0
     launched: set[str] = attrs.Factory(set)                    # tokens whose Workflow call went out
 
-    def expect(self, workflow_input: dict[str, Any]) -> str:
-        """Register a Workflow call; the main-session prompt must carry the returned token."""
+    def expect(self, workflow_inputs: list[dict[str, Any]]) -> str:
+        """Register Workflow calls, made together in one main-session turn (one tool_use
+        each, id `toolu_<token>_<i>`); the main-session prompt must carry the token."""
         token = secrets.token_hex(8)
-        self.calls[token] = workflow_input
+        self.calls[token] = list(workflow_inputs)
         return token
 
     def app(self) -> QuartTrio:
@@ -172,8 +173,8 @@ class DeterministicModel:
         if tokens and tokens[-1] in self.calls and tokens[-1] not in self.launched:
             token = tokens[-1]
             self.launched.add(token)
-            return [{"type": "tool_use", "id": f"toolu_{token}", "name": "Workflow",
-                     "input": self.calls[token]}], "tool_use"
+            return [{"type": "tool_use", "id": f"toolu_{token}_{i}", "name": "Workflow", "input": call}
+                    for i, call in enumerate(self.calls[token])], "tool_use"
         return [{"type": "text", "text": "ok"}], "end_turn"
 
     def _stream(self, model: str, reply: tuple[list[dict[str, Any]], str], usage: tuple[int, int]) -> Any:
