@@ -27,13 +27,13 @@
 //   RLIMIT_DATA) ends it too, even when the script catches the RangeError.
 //
 // Wire (JSON lines). daemon → runner:
-//   {t:'start', script, args, budget, sliceMs, memoryLimitMb}
-//   {t:'reply', id, ok, value|error, cancelled?} {t:'budget', budget} {t:'ping', n}
+//   {t:'start', script, args?, budget, sliceMs, memoryLimitMb}  (no args: the script's args is undefined)
+//   {t:'reply', id, ok, value|error, kind?, cancelled?} {t:'budget', budget} {t:'ping', n}
 //   {t:'sync', n}  (answered {t:'synced', n} in line order: a barrier)
 //   {t:'probe', id, code}  (only with SWARMBASE_TEST_PROBE=1; tests)
 // runner → daemon:
-//   {t:'meta', meta} {t:'call', id, op:'agent', prompt, opts}
-//   {t:'call', id, op:'workflow', source: text|{name}, args, opts}
+//   {t:'call', id, op:'agent', prompt, opts}
+//   {t:'call', id, op:'workflow', source: name-or-text|{name}|{scriptPath}, args?, opts}
 //   {t:'cancel', ids, reason}  (race/waitN losers' in-flight calls)
 //   {t:'phase', title} {t:'log', message} {t:'pong', n} {t:'synced', n}
 //   {t:'probe-result', id, ok, value|error} {t:'done', ok, value|error, line, watchdog?, memory?}
@@ -51,9 +51,10 @@ const BOOTSTRAP = "(function () {\n'use strict';\n" + GUARDS + CALLS + HOOKS + '
 const write = (msg) => process.stdout.write(JSON.stringify(msg) + '\n');
 
 function scriptSource(script) {
-  // `export const meta = {...}` labels the run; the body of an async function cannot
-  // export, so the keyword is rewritten in place (same line, same numbering).
-  const rewritten = script.replace(/^(\s*)export\s+const\s+meta\s*=/m, '$1const meta = __sbMeta.value =');
+  // `export const meta = {...}` is read by the daemon as a pure literal before the run
+  // starts (swarmbase/script_meta.py); here the body of an async function cannot export,
+  // so the keyword is dropped in place (same line, same numbering) and `meta` is a const.
+  const rewritten = script.replace(/^(\s*)export\s+const\s+meta\s*=/m, '$1const meta =');
   if (/^\s*(export|import)\s/m.test(rewritten)) {
     throw new SyntaxError('only `export const meta = {...}` may be exported, and import is not available in a SwarmBase script');
   }
@@ -197,7 +198,7 @@ class Runner {
       return this.fatal(e);
     }
     this.step('(function () { const body = globalThis.__sbBody; delete globalThis.__sbBody; __sb.start(body, ' +
-      JSON.stringify(msg.args ?? null) + ', ' + JSON.stringify(msg.budget ?? {}) + '); })()');
+      (msg.args === undefined ? 'undefined' : JSON.stringify(msg.args)) + ', ' + JSON.stringify(msg.budget ?? {}) + '); })()');
   }
 
   handle(msg) {

@@ -31,7 +31,14 @@ log = logging.getLogger(__name__)
 
 
 class AgentCallError(Exception):
-    """Raised by a ScriptHost to make agent() or workflow() throw inside the script with this message."""
+    """Raised by a ScriptHost to make agent() or workflow() throw inside the script with this
+    message. `kind` marks a stop of the whole run rather than of this call: "budget" (the
+    USD budget or the token target is spent) or "cap" (maxAgentsPerRun); the script sees
+    Claude Code's error names for them (WorkflowBudgetExceededError, WorkflowAgentCapError)."""
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class ProbeError(Exception):
@@ -61,7 +68,6 @@ class ScriptHost(Protocol):
     async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any: ...
     def phase(self, title: str) -> None: ...
     def log(self, message: str) -> None: ...
-    def meta(self, meta: Any) -> None: ...
     def budget_view(self) -> dict[str, Any]: ...
 
 
@@ -117,7 +123,8 @@ def _finite(value: Any) -> Any:
 
 def _valid_source(source: Any) -> bool:
     return isinstance(source, str) or (
-        isinstance(source, dict) and set(source) == {"name"} and isinstance(source["name"], str))
+        isinstance(source, dict) and len(source) == 1 and
+        any(isinstance(source.get(k), str) for k in ("name", "scriptPath")))
 
 
 class _Bridge:
@@ -214,7 +221,7 @@ class _Bridge:
             if call.scope.cancelled_caught:
                 reply["cancelled"] = True
         except AgentCallError as e:
-            reply = {"t": "reply", "id": call_id, "ok": False, "error": str(e)}
+            reply = {"t": "reply", "id": call_id, "ok": False, "error": str(e), **({"kind": e.kind} if e.kind else {})}
         finally:
             self.calls.pop(call_id, None)
         await self.send_reply(reply)
@@ -321,8 +328,6 @@ class _Bridge:
                 self.host.phase(str(msg.get("title", ""))[:500])
             elif t == "log":
                 self.host.log(str(msg.get("message", ""))[:MAX_LOG_CHARS])
-            elif t == "meta":
-                self.host.meta(msg.get("meta"))
             elif t == "done":
                 if msg.get("ok"):
                     self.finish(ScriptOutcome(ok=True, value=msg.get("value")))

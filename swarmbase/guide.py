@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 _PATH = Path(__file__).with_name("guide.md")
-TOPICS = ["hooks", "agent", "profiles", "budgets", "determinism", "errors", "examples"]
+TOPICS = ["hooks", "agent", "profiles", "budgets", "determinism", "errors", "examples", "claude-code"]
 
 
 @lru_cache(maxsize=1)

@@ -97,8 +97,10 @@ async def run_script(script: str, args: Any, host: ScriptHost, limits: RunnerLim
             nursery.start_soon(bridge.read_stderr)
             nursery.start_soon(bridge.ping_loop)
             try:
-                await bridge.send({"t": "start", "script": script, "args": args, "budget": host.budget_view(),
-                                   "sliceMs": limits.slice_ms, "memoryLimitMb": limits.memory_mb})
+                # No args (None) reaches the script as undefined, as in Claude Code.
+                await bridge.send({"t": "start", "script": script, **({"args": args} if args is not None else {}),
+                                   "budget": host.budget_view(), "sliceMs": limits.slice_ms,
+                                   "memoryLimitMb": limits.memory_mb})
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass  # node died at start; read_loop reports it
             await bridge.done.wait()

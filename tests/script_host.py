@@ -30,7 +30,6 @@ class Host:
         self.begun: list[str] = []                           # every call, in the script's call order
         self.phases: list[str] = []
         self.logs: list[str] = []
-        self.metas: list[Any] = []
         self.workflows: list[tuple[Any, Any, dict[str, Any], Any]] = []
         self.cancelled: list[tuple[list[Any], str]] = []
         self.finished: list[str] = []
@@ -43,6 +42,9 @@ class Host:
         self.live = 0
         self.max_live = 0
         self.spent = 0.0
+        self.token_target: int | None = None      # budget.total as the script sees it
+        self.output_tokens = 0                    # budget.spent(): 10 per finished agent
+        self.max_agents = 1000
         self.bridge: Any = None
 
     def agent_begin(self, prompt: str, opts: dict[str, Any]) -> Any:
@@ -71,6 +73,7 @@ class Host:
             if prompt.startswith("null"):
                 return None
             self.spent += 0.25
+            self.output_tokens += 10
             return f"<{prompt}>"
         finally:
             self.live -= 1
@@ -100,11 +103,10 @@ class Host:
     def log(self, message: str) -> None:
         self.logs.append(message)
 
-    def meta(self, meta: Any) -> None:
-        self.metas.append(meta)
-
     def budget_view(self) -> dict[str, Any]:
-        return {"total": 5.0, "spent": self.spent, "reserved": 0.0, "remaining": 5.0 - self.spent}
+        return {"usd": {"total": 5.0, "spent": self.spent, "reserved": 0.0, "remaining": 5.0 - self.spent},
+                "codex": None, "target": self.token_target, "outputTokens": self.output_tokens,
+                "agents": len(self.calls), "maxAgents": self.max_agents}
 
 
 def argv_with(env: dict[str, str] | None = None, data_limit_mb: int | None = None,

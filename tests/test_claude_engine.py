@@ -13,6 +13,8 @@ import pytest
 import trio
 
 
+from swarmbase.engines import framing
+
 from .conftest import CLAUDE, Env, agent_json, descendants, engine_daemon, result_of, run_to_end  # noqa: F401
 from .fakes.anthropic_api import FakeAnthropic
 
@@ -45,17 +47,19 @@ async def test_text_structured_and_tool_use_results(tmp_path: Path, nursery: tri
     script = f"""
 const text = await agent("say it [[text:hello there]]", {{ label: "plain" }});
 const obj = await agent("rate [[structured:{{\\"score\\": 4}}]]", {{ schema: {json.dumps(schema)} }});
-const bad = await agent("rate badly [[structured:{{\\"score\\": \\"high\\"}}]]", {{ schema: {json.dumps(schema)} }});
-const none = await agent("no object [[textonly]]", {{ schema: {json.dumps(schema)} }});
+const bad = await agent("rate badly [[structured:{{\\"score\\": \\"high\\"}}]]", {{ schema: {json.dumps(schema)} }}).catch((e) => e.message);
+const none = await agent("no object [[textonly]]", {{ schema: {json.dumps(schema)} }}).catch((e) => e.message);
 const read = await agent("[[read:{tmp_path / 'roots' / 'notes.txt'}]]", {{ profile: "read", cwd: {json.dumps(str(tmp_path / 'roots'))} }});
-return {{ text, obj, bad, none, read, budget: {{ spent: budget.spent, reserved: budget.reserved }} }};
+return {{ text, obj, bad, none, read, budget: {{ spent: budget.usd.spent, reserved: budget.usd.reserved }} }};
 """
     run = await run_to_end(env, script)
     assert run.status == "completed", run.error
     res = result_of(env, run)
     assert res["text"] == "hello there"
     assert res["obj"] == {"score": 4}
-    assert res["bad"] is None and res["none"] is None
+    # agent({schema}) throws without a valid object (Claude Code's rule).
+    assert res["bad"].startswith("agent({schema}): agent 3 returned no valid structured output")
+    assert res["none"].startswith("agent({schema}): agent 4 returned no valid structured output")
     assert "marmalade" in res["read"]
     assert res["budget"]["reserved"] == 0
     assert agent_json(env, run, 3)["state"] == "failed"
@@ -72,6 +76,11 @@ return {{ text, obj, bad, none, read, budget: {{ spent: budget.spent, reserved: 
     total = sum(agent_json(env, run, n)["costUsd"] for n in range(1, 6))
     assert run.spent_usd == pytest.approx(total)
     # Headers for gateway attribution went out on every request.
+    # Every agent is told its final message is the script's return value.
+    systems = {r["prompt"]: "\n".join(b.get("text", "") for b in r["body"].get("system") or [] if isinstance(b, dict))
+               for r in api.requests}
+    assert framing.note(False) in next(v for k, v in systems.items() if "say it [[text:hello there]]" in k)
+    assert framing.note(True) in next(v for k, v in systems.items() if "rate [[structured" in k)
     for r in api.requests:
         assert r["headers"]["x-gate-origin"] == "swarmbase"
         assert r["headers"]["x-gate-channel"] == run.id
@@ -110,11 +119,12 @@ async def test_budget_exhaustion_throws_inside_script(tmp_path: Path, nursery: t
 const got = [];
 try {
   for (let i = 0; i < 10; i++) got.push(await agent("[[usage:100000,2000]] " + i, { maxUsd: 0.5 }));
-} catch (e) { return { got: got.length, message: e.message, budget: JSON.parse(JSON.stringify(budget)) }; }
+} catch (e) { return { got: got.length, message: e.message, name: e.name, budget: JSON.parse(JSON.stringify(budget.usd)) }; }
 return { got: got.length, message: null };"""
     run = await run_to_end(env, script, budgetUsd=1)
     res = result_of(env, run)
     assert res["message"] is not None and "budget is spent" in res["message"]
+    assert res["name"] == "WorkflowBudgetExceededError"
     assert res["got"] == 3
     assert res["budget"]["reserved"] == 0 and res["budget"]["remaining"] == 0
     assert res["budget"]["spent"] == pytest.approx(1.32)

@@ -104,8 +104,8 @@ async def test_token_budget_exhaustion_throws_in_script(tmp_path: Path, nursery:
     script = """
 let n = 0;
 try { for (let i = 0; i < 50; i++) { if (await agent('go ' + i, {engine: 'codex', maxTokens: 60000}) !== null) n++; } }
-catch (e) { return { n, message: e.message, tokens: budget.tokens }; }
-return { n, message: null, tokens: budget.tokens };"""
+catch (e) { return { n, message: e.message, tokens: { spent: budget.codex.spent, reserved: budget.codex.reserved } }; }
+return { n, message: null, tokens: { spent: budget.codex.spent, reserved: budget.codex.reserved } };"""
     # Each agent uses 1,100 tokens and reserves what is left (under its 60,000 ceiling).
     # Once that is below the meter's estimate of a request (~9k here), the agent is stopped
     # mid-stream and charged the estimate; then nothing is left and agent() throws.
@@ -154,15 +154,16 @@ const extras = { type: 'object', properties: { a: { type: 'object', properties: 
 try { await agent('x', { engine: 'codex', schema: extras }); } catch (e) { out.extras = e.message; }
 const good = { type: 'object', properties: { a: { type: 'string' }, n: { type: ['integer', 'null'] } }, required: ['a', 'n'] };
 out.ok = await agent('[[text:{"a": "yes", "n": null}]]', { engine: 'codex', schema: good });
-out.bad = await agent('[[text:not json]]', { engine: 'codex', schema: good });
-out.deep = await agent('[[text:' + '{"a":'.repeat(150) + '1' + '}'.repeat(150) + ']]', { engine: 'codex', schema: good });
+out.bad = await agent('[[text:not json]]', { engine: 'codex', schema: good }).catch((e) => e.message);
+out.deep = await agent('[[text:' + '{"a":'.repeat(150) + '1' + '}'.repeat(150) + ']]', { engine: 'codex', schema: good }).catch((e) => e.message);
 return out;"""
     run = await run_to_end(env, script, timeout=120)
     res = result_of(env, run)
     assert "properties.b is missing from required" in res["missing"]
     assert "properties.a allows extra properties" in res["extras"]
     assert res["ok"] == {"a": "yes", "n": None}
-    assert res["bad"] is None
+    # agent({schema}) throws without a valid object (Claude Code's rule), on codex too.
+    assert res["bad"].startswith("agent({schema}): agent 4 returned no valid structured output")
     sent = [r["body"] for r in api.requests if r["path"] == "/responses"][0]
     assert sent["text"]["format"]["schema"]["additionalProperties"] is False
     # The two refused calls got numbers but never started: the good one is agent 3.
@@ -262,8 +263,8 @@ def test_bwrap_configured_but_missing_refuses_start(tmp_path: Path) -> None:
 async def test_token_refusal_returns_the_usd_reservation(tmp_path: Path, nursery: trio.Nursery, codex_bin: str,
                                                          api: FakeResponses) -> None:
     env = await codex_daemon(tmp_path, nursery, codex_bin, api.url)
-    script = ("try { await agent('x', {engine: 'codex'}); } catch (e) { return { m: e.message, usd: budget.reserved,"
-              " remaining: budget.remaining }; }")
+    script = ("try { await agent('x', {engine: 'codex'}); } catch (e) { return { m: e.message, usd: budget.usd.reserved,"
+              " remaining: budget.usd.remaining }; }")
     run = await run_to_end(env, script, budgetTokens=500, budgetUsd=2)
     res = result_of(env, run)
     assert "token budget is spent" in res["m"]

@@ -30,7 +30,8 @@ def fault(tmp_path: Path, cfg: dict | str) -> str:
 def test_defaults_for_every_key(tmp_path: Path) -> None:
     cfg = load(tmp_path, "{}")
     assert cfg.port == 7360
-    assert cfg.maxConcurrentAgents == 10 and cfg.perRunConcurrency == 8 and cfg.maxAgentsPerRun == 200
+    # Claude Code's Workflow limits (issue 21): 16 at once, 1,000 agents per run.
+    assert cfg.maxConcurrentAgents == 16 and cfg.perRunConcurrency == 16 and cfg.maxAgentsPerRun == 1000
     assert cfg.publicUrl is None and cfg.engines.claude is None and cfg.engines.codex is None
     assert cfg.dashboard.adminLogins == [] and cfg.callers == [] and cfg.prices == {}
     assert cfg.deleteWorkOnEnd is True and cfg.resumeInterruptedOnBoot is False

@@ -31,7 +31,7 @@ async def test_events_log_lines_and_agent_states_keep_their_order(tmp_path: Path
         publish(run_id, name, data)
     sup.events.publish = recording            # type: ignore[method-assign]
     script = ("log('a'); phase('p1');\n"
-              "const r = await parallel(Array.from({length: 12}, (_, i) => () => agent('noop ' + i)));\n"
+              "const r = await parallel(Array.from({length: 12}, (_, i) => () => agent('noop ' + i, {maxUsd: 0.5})));\n"
               "for (let i = 0; i < 30; i++) log('line ' + i);\n"
               "phase('p2'); await agent('noop last'); log('c'); return r.length")
     run = await run_to_end(env, script, budgetUsd=5)

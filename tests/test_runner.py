@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import trio
 
-from swarmbase.runner import RunnerLimits, run_script
+from typing import Any
+
+from swarmbase.runner import AgentCallError, RunnerLimits, run_script
 
 from .script_host import Host, run
 
@@ -15,25 +17,32 @@ async def test_every_hook() -> None:
 phase("one");
 log("start", { n: args.n });
 console.log("via console");
+console.warn("careful");
 const first = await agent("a", { label: "first" });
 const par = await parallel([() => agent("p1"), () => agent("p2"), () => 7]);
-const piped = await pipeline([1, 2, 3], (x, i) => x * 10 + i, async (y) => agent("stage-" + y));
+const piped = await pipeline([1, 2, 3], (x, item, i) => x * 10 + i, async (y, item) => agent("stage-" + y + "-" + item));
 phase("two");
 const nul = await agent("null-one");
-return { first, par, piped, nul, b: { total: budget.total, spent: budget.spent, remaining: budget.remaining,
-         reserved: budget.reserved }, args };
+return { first, par, piped, nul, meta, b: { total: budget.total, spent: budget.spent(), infinite: budget.remaining() === Infinity,
+         usd: { total: budget.usd.total, spent: budget.usd.spent, remaining: budget.usd.remaining, reserved: budget.usd.reserved },
+         codex: budget.codex }, args };
 """
     out, host = await run(script, {"n": 3})
     assert out.ok, out.error
     assert out.value["first"] == "<a>"
     assert out.value["par"] == ["<p1>", "<p2>", 7]
-    assert out.value["piped"] == ["<stage-10>", "<stage-21>", "<stage-32>"]
+    # Claude Code's stage arguments: (previous result, original item, index).
+    assert out.value["piped"] == ["<stage-10-1>", "<stage-21-2>", "<stage-32-3>"]
     assert out.value["nul"] is None
-    assert out.value["b"] == {"total": 5.0, "spent": 1.5, "remaining": 3.5, "reserved": 0.0}
+    # Claude Code's budget shape (no token target: total null, remaining() Infinity; spent()
+    # counts output tokens) beside SwarmBase's USD view.
+    assert out.value["b"] == {"total": None, "spent": 60, "infinite": True,
+                              "usd": {"total": 5.0, "spent": 1.5, "remaining": 3.5, "reserved": 0.0}, "codex": None}
     assert out.value["args"] == {"n": 3}
+    # meta is a const of the script (the daemon has already read it as a literal).
+    assert out.value["meta"] == {"name": "all hooks", "description": "uses everything"}
     assert host.phases == ["one", "two"]
-    assert host.logs == ['start {"n":3}', "via console"]
-    assert host.metas == [{"name": "all hooks", "description": "uses everything"}]
+    assert host.logs == ['start {"n":3}', "via console", "[warn] careful"]
     assert host.calls[0] == ("a", {"label": "first"})
 
 
@@ -59,16 +68,54 @@ return { res, order };"""
     assert out.value["order"].index("s2-1") < out.value["order"].index("s1-0")
 
 
-async def test_parallel_settles_all_then_throws_first_failure() -> None:
+async def test_parallel_and_pipeline_turn_throws_into_null_and_go_on() -> None:
+    # Claude Code's rule: a thunk or stage that throws becomes null (and a log line), the
+    # call itself never rejects, and every sibling still runs to its end.
     delays = {"slow": 0.2}
     script = """
-try { await parallel([() => agent("slow"), () => agent("throw-1"), () => agent("throw-2")]); }
-catch (e) { return { message: e.message }; }"""
+const par = await parallel([() => agent("slow"), () => agent("throw-1"), () => { throw new TypeError("own bug"); }]);
+const piped = await pipeline(["a", "throw-2", "c"], (p) => agent(p), (r, item, i) => r + ":" + item + ":" + i);
+return { par, piped };"""
     out, host = await run(script, None, Host(delays))
     assert out.ok, out.error
-    assert out.value["message"].startswith("budget exhausted at throw-1")
-    assert "(parallel: 2 of 3 failed)" in out.value["message"]
-    assert sorted(c[0] for c in host.calls) == ["slow", "throw-1", "throw-2"]
+    assert out.value == {"par": ["<slow>", None, None], "piped": ["<a>:a:0", None, "<c>:c:2"]}
+    assert sorted(c[0] for c in host.calls) == ["a", "c", "slow", "throw-1", "throw-2"]
+    assert host.logs == ["parallel[1] failed: budget exhausted at throw-1", "parallel[2] failed: own bug",
+                         "pipeline[1] failed: budget exhausted at throw-2"]
+
+
+async def test_parallel_and_pipeline_refuse_to_start_past_the_agent_cap_or_token_target() -> None:
+    # The stops of the whole run propagate: parallel()/pipeline() check them before they
+    # start anything, with Claude Code's error names.
+    host = Host()
+    host.max_agents = 0
+    script = """
+const out = {};
+for (const [name, call] of [["p", () => parallel([() => agent("x")])], ["q", () => pipeline([1], (v) => agent("y"))]]) {
+  try { await call(); out[name] = "ran"; } catch (e) { out[name] = e.name + ": " + e.message; }
+}
+return out;"""
+    out, host = await run(script, None, host)
+    assert out.ok, out.error
+    cap = "WorkflowAgentCapError: agent(): this run reached its cap of 0 agents (maxAgentsPerRun in the daemon config lifts it)"
+    assert out.value == {"p": cap, "q": cap}
+    assert host.calls == []
+    spent = Host()
+    spent.token_target, spent.output_tokens = 100, 100
+    out, spent = await run(script, None, spent)
+    assert out.value["p"].startswith("WorkflowBudgetExceededError: agent(): the run's token target is spent (100 of 100")
+    assert spent.calls == []
+
+
+async def test_budget_stops_inside_parallel_are_dropped_silently() -> None:
+    class BudgetHost(Host):
+        async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
+            if prompt == "over":
+                raise AgentCallError("agent(): the run's budget is spent", kind="budget")
+            return await super().agent(prompt, opts, ticket)
+    out, host = await run("return await parallel([() => agent('over'), () => agent('fine')]);", None, BudgetHost())
+    assert out.ok and out.value == [None, "<fine>"]
+    assert host.logs == []
 
 
 async def test_agent_throw_fails_run_with_message_and_line() -> None:

@@ -118,7 +118,7 @@ const r = await parallel([
       } catch (e) { return 'middle ran out: ' + e.message; }`, null, { label: 'middle', budgetUsd: 2 }),
   () => workflow("return await agent('[[usage:10000,100]] right')", null, { label: 'right', budgetUsd: 1 }),
 ]);
-return { r, budget: JSON.parse(JSON.stringify(budget)) };"""
+return { r, budget: { spent: budget.usd.spent, reserved: budget.usd.reserved } };"""
 
 
 async def test_workflow_tree_under_budget_slices(tmp_path: Path, nursery: trio.Nursery, claude_bin: str,
@@ -153,8 +153,8 @@ for (let i = 0; i < 3; i++) { try { await workflow('return 2'); } catch (e) { ou
 return out;""", timeout=60)
     res = result_of(env, run)
     assert "depth 2" in res["nested"] and "maxWorkflowDepth" in res["nested"]
-    assert "cap of 3 workflows (maxWorkflowsPerRun)" in res["count"]
-    assert "no saved workflow named 'nope'" in res["saved"]
+    assert "cap of 3 workflows (maxWorkflowsPerRun in the daemon config lifts it)" in res["count"]
+    assert "workflow('nope'): no workflow with that name. Available: (none)" in res["saved"]
 
 
 async def test_saved_workflows_and_model_allowlist(tmp_path: Path, nursery: trio.Nursery, claude_bin: str,

@@ -92,6 +92,7 @@ export const CALLS = String.raw`
     });
   };
 
+  const ERROR_NAMES = { budget: 'WorkflowBudgetExceededError', cap: 'WorkflowAgentCapError' };
   const deliverReply = (msg) => {
     const p = pending.get(msg.id);
     if (!p) return;
@@ -100,7 +101,11 @@ export const CALLS = String.raw`
     current = p.branch;
     if (msg.ok) { p.resolve(msg.value === undefined ? null : msg.value); return; }
     const err = new Error(msg.error);
-    err.stack = 'Error: ' + msg.error + '\n' + String(p.site.stack).split('\n').slice(1).join('\n');
+    // A stop of the whole run's budget or agent cap carries Claude Code's error names, so
+    // parallel()/pipeline() drop budget stops quietly and scripts can test e.name.
+    const name = ERROR_NAMES[msg.kind];
+    if (name) err.name = name;
+    err.stack = err.name + ': ' + msg.error + '\n' + String(p.site.stack).split('\n').slice(1).join('\n');
     p.reject(err);
   };
 

@@ -1,6 +1,8 @@
 // Source evaluated inside the script's vm context: the hooks a script sees (agent,
-// workflow, phase, log, parallel, pipeline, race, waitN, bounded, budget, meta) and the
-// `__sb` object the runner drives. Uses the names CALLS and GUARDS define.
+// workflow, phase, log, parallel, pipeline, race, waitN, bounded, budget, args) and the
+// `__sb` object the runner drives. Uses the names CALLS and GUARDS define. The semantics
+// are Claude Code's Workflow tool's (2.1.328) where it has the hook; race, waitN,
+// bounded, budget.usd and budget.codex are SwarmBase's own.
 export const HOOKS = String.raw`
   const isPlainObject = (o) => o !== null && typeof o === 'object' && !Array.isArray(o);
 
@@ -9,36 +11,41 @@ export const HOOKS = String.raw`
       return Promise.reject(new TypeError('agent(prompt, opts): prompt must be a non-empty string'));
     }
     let o;
-    try { o = plain(opts === undefined ? {} : opts, 'agent() options'); }
+    try { o = plain(opts === undefined || opts === null ? {} : opts, 'agent() options'); }
     catch (e) { return Promise.reject(e); }
     if (!isPlainObject(o)) return Promise.reject(new TypeError('agent(prompt, opts): opts must be an object'));
     return call('agent', { prompt, opts: o });
   }
 
+  // workflow(nameOrRef, args?, opts?): a saved workflow by name (Claude Code's form), or
+  // { name }, { scriptPath }, or script text (SwarmBase's); the daemon tells a name from
+  // script text (see runs/workflows.py). args stay undefined when not given.
   function workflow(source, args, opts) {
-    const usage = 'workflow(source, args, opts): ';
-    let src, a, o;
+    const usage = 'workflow(nameOrRef, args, opts): ';
+    let src, o;
+    const payload = {};
     try {
       if (typeof source === 'string') {
-        if (!source.trim()) throw new TypeError(usage + 'source must be script text or { name }');
+        if (!source.trim()) throw new TypeError(usage + 'a workflow name (string) or {scriptPath} is needed');
         src = source;
-      } else if (isPlainObject(source) && typeof source.name === 'string' && source.name &&
-                 Object.keys(source).length === 1) {
-        src = { name: source.name };
+      } else if (isPlainObject(source) && Object.keys(source).length === 1 &&
+                 ((typeof source.name === 'string' && source.name) || (typeof source.scriptPath === 'string' && source.scriptPath))) {
+        src = source.name !== undefined ? { name: source.name } : { scriptPath: source.scriptPath };
       } else {
-        throw new TypeError(usage + 'source must be script text or { name } of a saved workflow');
+        throw new TypeError('workflow() expects a workflow name (string) or {scriptPath: string}');
       }
-      a = plain(args, 'workflow() args');
+      if (args !== undefined) payload.args = plain(args, 'workflow() args');
       o = plain(opts === undefined ? {} : opts, 'workflow() options');
       if (!isPlainObject(o)) throw new TypeError(usage + 'opts must be an object');
     } catch (e) { return Promise.reject(e); }
-    return call('workflow', { source: src, args: a, opts: o });
+    return call('workflow', Object.assign({ source: src, opts: o }, payload));
   }
 
   function phase(title) { send({ t: 'phase', title: String(title) }); }
   function log(...parts) {
     send({ t: 'log', message: parts.map((p) => typeof p === 'string' ? p : JSON.stringify(p)).join(' ') });
   }
+  const logWith = (prefix) => (...parts) => log(prefix + parts.map((p) => typeof p === 'string' ? p : JSON.stringify(p)).join(' '));
 
   const checkFunctions = (fns, usage, what) => {
     if (!Array.isArray(fns)) throw new TypeError(usage + ': ' + what + ' must be an array of functions');
@@ -57,33 +64,67 @@ export const HOOKS = String.raw`
   }
   const settled = (ok, v) => ok ? { status: 'fulfilled', value: v } : { status: 'rejected', reason: v };
   const isValue = (v) => v !== null && v !== undefined;
+  const messageOf = (e) => {
+    try { return e && typeof e === 'object' && typeof e.message === 'string' ? e.message : String(e); }
+    catch (_) { return '<unprintable thrown value>'; }
+  };
+  const nameOf = (e) => { try { return e && typeof e === 'object' ? String(e.name) : ''; } catch (_) { return ''; } };
 
-  // parallel and pipeline settle everything they started before reporting a failure,
-  // so no agent keeps running unobserved; then the first failure in input order is thrown.
+  // Claude Code's rule for parallel() and pipeline(): the call itself throws only when it
+  // cannot start (not an array, a non-function, the run's agent cap or token target
+  // already reached); a thunk or stage that throws becomes null in the results and is
+  // logged, and the others go on. A budget stop inside is dropped silently (null), the
+  // way Claude Code drops a slot when the token budget is exceeded.
+  const fatalNow = () => {
+    const v = budgetView;
+    if (v.maxAgents !== undefined && v.agents >= v.maxAgents) {
+      throw Object.assign(new Error('agent(): this run reached its cap of ' + v.maxAgents + ' agents (maxAgentsPerRun ' +
+        'in the daemon config lifts it)'), { name: 'WorkflowAgentCapError' });
+    }
+    if (v.target !== null && v.target !== undefined && v.outputTokens >= v.target) {
+      throw Object.assign(new Error('agent(): the run\'s token target is spent (' + v.outputTokens + ' of ' + v.target +
+        ' output tokens; the run\'s tokenTarget lifts it)'), { name: 'WorkflowBudgetExceededError' });
+    }
+  };
+  const asNull = (results, what) => results.map((r, i) => {
+    if (r.status === 'fulfilled') return r.value === undefined ? null : r.value;
+    if (nameOf(r.reason) !== 'WorkflowBudgetExceededError') log(what + '[' + i + '] failed: ' + messageOf(r.reason));
+    return null;
+  });
+
   async function parallel(thunks) {
-    checkFunctions(thunks, 'parallel(thunks)', 'thunks');
+    if (!Array.isArray(thunks)) throw new TypeError('parallel() expects an array of functions');
+    if (thunks.length === 0) return [];
+    fatalNow();
+    thunks.forEach((f) => {
+      if (typeof f !== 'function') throw new TypeError('parallel() expects an array of functions, not promises. Wrap each call: () => agent(...)');
+    });
     const b = current;
     const results = await Promise.allSettled(thunks.map((t) => Promise.resolve().then(() => inBranch(b, t))));
-    const err = firstFailure(results, 'parallel');
-    if (err) throw err;
-    return results.map((r) => r.value);
+    return asNull(results, 'parallel');
   }
   async function pipeline(items, ...stages) {
-    if (!Array.isArray(items)) throw new TypeError('pipeline(items, ...stages): items must be an array');
-    stages.forEach((s, i) => { if (typeof s !== 'function') throw new TypeError('pipeline: stage ' + i + ' is not a function'); });
-    // Each item runs through the stages on its own chain, so different items are in
-    // different stages at once; stage k of an item starts as soon as stage k-1 of that
-    // item is done. A stage gets (value, index).
+    if (!Array.isArray(items)) throw new TypeError('pipeline() expects an array as the first argument');
+    if (items.length === 0) return [];
+    fatalNow();
+    stages.forEach((s) => {
+      if (typeof s !== 'function') throw new TypeError('pipeline() stages must be functions: pipeline(items, item => ..., result => ...)');
+    });
+    // Each item runs through the stages on its own chain (no barrier between stages):
+    // stage k of an item starts as soon as stage k-1 of that item is done. A stage gets
+    // (previous result, original item, index); the first stage's previous result is the
+    // item. A null result skips the item's remaining stages.
     const b = current;
     const run = async (item, index) => {
       let v = item;
-      for (const stage of stages) v = await inBranch(b, () => stage(v, index));
+      for (const stage of stages) {
+        if (v === null) break;          // as Claude Code: only null ends an item early
+        v = await inBranch(b, () => stage(v, item, index));
+      }
       return v;
     };
     const results = await Promise.allSettled(items.map((item, i) => Promise.resolve().then(() => run(item, i))));
-    const err = firstFailure(results, 'pipeline');
-    if (err) throw err;
-    return results.map((r) => r.value);
+    return asNull(results, 'pipeline');
   }
 
   // race: the first value that is not null wins; the other branches are cancelled.
@@ -191,19 +232,29 @@ export const HOOKS = String.raw`
     });
   }
 
-  let budgetView = { total: 0, spent: 0, reserved: 0, remaining: 0 };
-  const budget = Object.freeze(Object.create(null, {
-    total: { get: () => budgetView.total, enumerable: true },
-    spent: { get: () => budgetView.spent, enumerable: true },
-    reserved: { get: () => budgetView.reserved, enumerable: true },
-    remaining: { get: () => budgetView.remaining, enumerable: true },
-    tokens: { get: () => budgetView.tokens === undefined ? null : Object.freeze(Object.assign({}, budgetView.tokens)), enumerable: true },
-    toJSON: { value: () => Object.assign({}, budgetView) },
+  // The script's budget, Claude Code's shape first: budget.total is the run's token target
+  // (null without one), budget.spent() the output tokens the run's agents used so far,
+  // budget.remaining() what is left of the target (Infinity without one). SwarmBase's USD
+  // view is budget.usd, the codex token budget budget.codex. Refreshed with every answer.
+  let budgetView = { usd: { total: 0, spent: 0, reserved: 0, remaining: 0 }, codex: null, target: null, outputTokens: 0 };
+  const ledgerView = (get) => Object.freeze(Object.create(null, {
+    total: { get: () => get().total, enumerable: true },
+    spent: { get: () => get().spent, enumerable: true },
+    reserved: { get: () => get().reserved, enumerable: true },
+    remaining: { get: () => get().remaining, enumerable: true },
   }));
-
-  let meta = null;
-  const metaSink = Object.freeze(Object.create(null, {
-    value: { set: (v) => { meta = plain(v, 'meta'); send({ t: 'meta', meta }); }, get: () => meta },
+  const usdView = ledgerView(() => budgetView.usd);
+  const codexView = ledgerView(() => budgetView.codex || { total: 0, spent: 0, reserved: 0, remaining: 0 });
+  const budget = Object.freeze(Object.create(null, {
+    total: { get: () => (budgetView.target === undefined ? null : budgetView.target), enumerable: true },
+    spent: { value: function spent() { return budgetView.outputTokens || 0; }, enumerable: false },
+    remaining: { value: function remaining() {
+      const t = budgetView.target;
+      return t === null || t === undefined ? Infinity : Math.max(0, t - (budgetView.outputTokens || 0));
+    }, enumerable: false },
+    usd: { value: usdView, enumerable: true },
+    codex: { get: () => (budgetView.codex ? codexView : null), enumerable: true },
+    toJSON: { value: () => ({ total: budgetView.target === undefined ? null : budgetView.target }) },
   }));
 
   def('agent', agent);
@@ -216,8 +267,7 @@ export const HOOKS = String.raw`
   def('phase', phase);
   def('log', log);
   def('budget', budget);
-  def('__sbMeta', metaSink);
-  def('console', Object.freeze({ log, info: log, warn: log, error: log }));
+  def('console', Object.freeze({ log, info: log, debug: log, warn: logWith('[warn] '), error: logWith('[error] ') }));
 
   const fail = (e) => {
     noteAllocFailure(e);
@@ -235,7 +285,9 @@ export const HOOKS = String.raw`
   def('__sb', Object.freeze({
     start(body, argsValue, b) {
       budgetView = b;
-      def('args', Object.freeze(argsValue));
+      // Claude Code's args: the value verbatim (undefined when none was given), a plain
+      // global the script may reassign or change.
+      Object.defineProperty(globalThis, 'args', { value: argsValue, writable: true, enumerable: true, configurable: true });
       let result;
       try { result = body(); } catch (e) { fail(e); return; }
       Promise.resolve(result).then((value) => {

@@ -25,6 +25,7 @@ import jsonschema
 from .. import json_depth
 from ..prices import Tokens
 from .base import TOO_DEEP
+from . import framing
 from .verdict import Verdict
 
 PROFILE_TOOLS = {
@@ -95,6 +96,8 @@ def argv(call: ClaudeCall) -> list[str]:
         out += ["--effort", call.effort]
     if call.schema is not None:
         out += ["--json-schema", json.dumps(call.schema, separators=(",", ":"))]
+    # The agent is told its final message is the script's return value (engines/framing.py).
+    out += ["--append-system-prompt", framing.note(call.schema is not None)]
     return out
 
 
@@ -279,6 +282,8 @@ def judge(state: StreamState, schema: dict[str, Any] | None) -> Verdict:
         detail = "; ".join(str(e) for e in errors) or str(r.get("result") or "")
         status = r.get("api_error_status")
         msg = f"{reason}" + (f" (HTTP {status})" if status else "") + (f": {detail}" if detail else "")
+        if "budget" in str(r.get("subtype") or reason):
+            msg += " (the agent reached its USD cap; opts.maxUsd lifts it, default budgetUsd / perRunConcurrency)"
         return Verdict(ok=False, error=msg[:2000], cost_usd=cost, tokens=tokens, tokens_exact=exact)
     if schema is not None:
         value = r.get("structured_output")

@@ -24,7 +24,7 @@ from ..launch.egress import url_endpoint
 from ..launch.spec import AGENT_DIR, LaunchSpec
 from ..prices import Tokens
 from ..sandbox import interpreter_paths
-from . import codex
+from . import codex, framing
 from .base import AgentIO, AgentJob, parse_json_line, spawn_failure
 from .meter import Meter, MeterAgent
 from .verdict import Verdict
@@ -55,7 +55,7 @@ class CodexEngine:
         call = codex.CodexCall(bin=engine.bin, cwd=job.cwd, codex_home=f"{AGENT_DIR}/codex-home", profile=profile,
                                model=job.model, effort=job.effort, meter_url=self.meter.url,
                                deny=[] if confined else self.deny(), network=profile == "write")
-        files = {"codex-home/config.toml": codex.config_toml(call).encode(), "prompt.txt": job.prompt.encode()}
+        files = {"codex-home/config.toml": codex.config_toml(call).encode(), "prompt.txt": framing.framed_prompt(job.prompt, job.schema is not None).encode()}
         schema_file = None
         if job.schema is not None:
             files["schema.json"] = json.dumps(job.schema).encode()

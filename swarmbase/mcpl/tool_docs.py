@@ -38,6 +38,20 @@ def _model(c: Caller, cfg: Config) -> str:
 
 
 MEANING: dict[tuple[str, str], str] = {
+    ("run", "script"): ("The script: the body of an async function (top-level await and return), in Claude Code's "
+                        "Workflow language plus SwarmBase's extras"),
+    ("run", "scriptPath"): ("Instead of script: an absolute path to a script file under your cwdRoots (the file at "
+                            "most 1,000,000 characters); script wins if both are given"),
+    ("run", "name"): ("Instead of script: the name of one of your saved workflows (its save_workflow name or its "
+                      "meta.name; see the workflows tool)"),
+    ("run", "resumeFromRunId"): ("Resume this ended run: with a script, every agent() call it makes as before "
+                                 "replays from that run's journal; without one, that run's script runs again"),
+    ("run", "title"): "The run's label (Claude Code's name for it; label wins if both are given)",
+    ("run", "description"): "What the run is for, kept and shown with it",
+    ("run", "repository"): ("A git repository under your cwdRoots that this run's agents work in: the default cwd "
+                            "of every agent, and where isolation: 'worktree' makes its worktrees"),
+    ("run", "tokenTarget"): ("The run's token target, budget.total in the script: output tokens the run's agents "
+                             "may spend; agent() throws once they are spent"),
     ("run", "profile"): "Default profile of the run's agents: think (no tools), read, or write (edits and Bash)",
     ("run", "timeoutMs"): "The run's wall-clock limit, in milliseconds",
     ("run", "budgetWarnAt"): "Fraction of budgetUsd at which spent + reserved sends one budget-warning notice",
@@ -59,6 +73,14 @@ MEANING: dict[tuple[str, str], str] = {
 }
 
 DEFAULTS: dict[tuple[str, str], Describe] = {
+    ("run", "script"): lambda c, cfg: "none; one of script, scriptPath, name or resumeFromRunId is needed",
+    ("run", "scriptPath"): lambda c, cfg: "none",
+    ("run", "name"): lambda c, cfg: "none",
+    ("run", "resumeFromRunId"): lambda c, cfg: "none (a fresh run)",
+    ("run", "title"): lambda c, cfg: "the script's meta.name, else its leading // comment line, else \"untitled\"",
+    ("run", "description"): lambda c, cfg: "none",
+    ("run", "repository"): lambda c, cfg: "none (agents work in the run's own empty work dir)",
+    ("run", "tokenTarget"): lambda c, cfg: "none (budget.total is null)",
     ("run", "args"): lambda c, cfg: None,
     ("run", "label"): lambda c, cfg: "the script's meta.name, else its leading // comment line, else \"untitled\"",
     ("run", "model"): lambda c, cfg: _model(c, cfg),

@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 import jsonschema
 
-from .. import guide, usage
+from .. import guide, script_meta, usage
 from ..config import Caller
-from ..runs import workflows
+from ..runs import workflow_call, workflows
 from ..runs.model import STATUSES, TERMINAL
 from ..runs.store import DamagedFile
 from ..runs.supervisor import EFFORTS, RunRefused, Supervisor
@@ -25,14 +25,24 @@ RUN_ID = {"type": "string", "pattern": "^run_[0-9a-f]{12}$", "description": "The
 TOOLS: list[dict[str, Any]] = [
     {
         "name": "run",
-        "description": ("Start a run of a JavaScript orchestration script (agent(), parallel(), pipeline(), "
-                        "phase(), log(), args, budget). Returns {runId} at once; a push notice arrives when "
-                        "the run ends. Call guide first for the authoring reference."),
+        "description": ("Start a run of a JavaScript orchestration script in Claude Code's Workflow language "
+                        "(agent(), parallel(), pipeline(), phase(), log(), args, budget, export const meta) plus "
+                        "SwarmBase's race/waitN/bounded. Takes the Workflow tool's call shape ({script | scriptPath "
+                        "| name, args, resumeFromRunId, title, description}). Returns {runId} at once; a push "
+                        "notice arrives when the run ends. Call guide first for the authoring reference."),
         "inputSchema": {
             "type": "object",
             "properties": {
-                "script": {"type": "string", "minLength": 1, "maxLength": MAX_SCRIPT_CHARS,
-                           "description": "The script: the body of an async function (top-level await and return)"},
+                # Claude Code's Workflow call shape (issue 21): one of script, scriptPath, name
+                # or resumeFromRunId is needed. What each means is in tool_docs.MEANING.
+                "script": {"type": "string", "minLength": 1, "maxLength": MAX_SCRIPT_CHARS},
+                "scriptPath": {"type": "string", "minLength": 1, "maxLength": 4096},
+                "name": {"type": "string", "minLength": 1, "maxLength": 200},
+                "resumeFromRunId": {"type": "string", "pattern": "^run_[0-9a-f]{12}$"},
+                "title": {"type": "string", "minLength": 1, "maxLength": 200},
+                "description": {"type": "string", "maxLength": 2000},
+                "repository": {"type": "string", "minLength": 1, "maxLength": 4096},
+                "tokenTarget": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
                 "args": {"description": "Any JSON value, visible to the script as `args`"},
                 "label": {"type": "string", "minLength": 1, "maxLength": 200},
                 "model": {"type": "string", "minLength": 1, "maxLength": 200,
@@ -50,7 +60,6 @@ TOOLS: list[dict[str, Any]] = [
                                  "description": "Fraction of budgetUsd at which spent + reserved sends one "
                                                 "budget-warning notice (default the caller's, 0.8)"},
             },
-            "required": ["script"],
             "additionalProperties": False,
         },
     },
@@ -102,7 +111,8 @@ TOOLS: list[dict[str, Any]] = [
     },
     {
         "name": "workflows",
-        "description": "The caller's saved workflows (run them from a script with workflow({name}, args, opts)).",
+        "description": ("The caller's saved workflows with what their meta declares (name, description, whenToUse, "
+                        "phases). Run one with run {name} or from a script with workflow('name', args)."),
         "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
     },
     {
@@ -136,12 +146,26 @@ def validate(name: str, args: Any) -> dict[str, Any]:
     return args
 
 
+SCRIPT_SOURCES = ("script", "scriptPath", "name", "resumeFromRunId")
+
+
 def _run(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    if not any(k in a for k in SCRIPT_SOURCES):
+        # A schema fault like any other (the Workflow tool refuses the same call as invalid input).
+        raise RpcError(INVALID_PARAMS, "invalid params: arguments: give one of script, scriptPath, name or "
+                                       "resumeFromRunId", {"path": "arguments"})
     try:
-        run = sup.start(caller, a)
+        req = workflow_call.from_tool(a, caller, sup.cfg.state_dir)
+        if req.resume_from is not None:
+            run = sup.resume(caller, req.resume_from, req.params)
+        else:
+            run = sup.start(caller, req.params)
     except RunRefused as e:
         raise ToolError(str(e)) from None
-    return {"runId": run.id, "url": sup.run_url(run.id)}
+    out = {"runId": run.id, "url": sup.run_url(run.id)}
+    if req.resume_from is not None:
+        out["resumedFrom"] = req.resume_from
+    return out
 
 
 def _row(sup: Supervisor, run: Any) -> dict[str, Any]:
@@ -222,6 +246,10 @@ def _workflows(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, 
 
 
 def _save_workflow(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+    try:
+        script_meta.read(a["script"])        # a meta it could never run with is refused now
+    except script_meta.MetaError as e:
+        raise ToolError(f"the workflow was not saved: {e}") from None
     try:
         workflows.save(sup.cfg.state_dir, caller.name, a["name"], a["script"])
     except workflows.WorkflowError as e:     # e.g. "x\n": the schema's `$` (re.search) lets it by

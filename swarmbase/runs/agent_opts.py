@@ -4,6 +4,7 @@ default can never differ between them. No I/O but realpath for cwd pinning."""
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import math
@@ -19,8 +20,14 @@ from . import journal
 from .model import Run
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
-KNOWN = ("model", "effort", "profile", "schema", "maxUsd", "maxTokens", "cwd", "label", "timeoutMs",
-         "engine", "isolation", "base", "detail", "schemaRetries", "placement")
+# Claude Code's options first (label, phase, schema, model, effort, isolation, agentType),
+# then SwarmBase's own.
+KNOWN = ("label", "phase", "schema", "model", "effort", "isolation", "agentType",
+         "profile", "maxUsd", "maxTokens", "cwd", "timeoutMs", "engine", "base", "detail", "schemaRetries",
+         "placement")
+# Claude Code's built-in agent types a headless session offers (2.1.328). The read-only
+# ones get at most the read profile here.
+AGENT_TYPES = {"general-purpose": None, "Explore": "read", "Plan": "read"}
 MAX_PROMPT_CHARS = 2_000_000
 MAX_SCHEMA_BYTES = {"claude": 64 * 1024,      # --json-schema takes inline JSON only: argv limits apply
                     "codex": 1024 * 1024}     # a file in the agent's private dir
@@ -49,11 +56,15 @@ class AgentOptions:
     detail: bool = False
     schema_retries: int = 1
     placement: str = "local"   # where the CLI runs; not part of the journal key
+    phase: str | None = None   # the progress group it is filed under; not part of the key
+    agent_type: str | None = None
 
     def key_material(self, prompt: str, args_digest: str, workflow: str | None = None) -> str:
         """The content key of this call (before its occurrence index); a nested workflow's
         agents carry its path."""
-        extra = {"isolation": self.isolation, "base": self.base} if self.isolation else {}
+        extra: dict[str, Any] = {"isolation": self.isolation, "base": self.base} if self.isolation else {}
+        if self.agent_type is not None:
+            extra["agentType"] = self.agent_type
         return journal.base_key(engine=self.engine, model=self.model, profile=self.profile, effort=self.effort,
                                 schema=self.schema, cwd=self.cwd, prompt=prompt, args_digest=args_digest,
                                 workflow=workflow, **extra)
@@ -99,17 +110,28 @@ def default_model(engine: str, run: Run, caller: Caller, cfg: Config) -> str | N
     return caller.defaultModels.codex or (cx.defaultModel if cx else None)
 
 
+def unknown_option(what: str, name: Any, known: tuple[str, ...]) -> str:
+    """The refusal of an unknown option, with a "did you mean" for a near miss."""
+    text = str(name)[:100]
+    near = difflib.get_close_matches(text, known, n=1, cutoff=0.6) or \
+        [k for k in known if k.lower() == text.lower()]
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return f"{what}: unknown option {text!r}{hint} (known: {', '.join(known)})"
+
+
 def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Config, n: int,
-            default_timeout_ms: int, profile: str | None = None) -> AgentOptions:
+            default_timeout_ms: int, profile: str | None = None, phase_model: str | None = None) -> AgentOptions:
     """`profile`: the calling script's profile (a nested workflow's may be lower than the
-    run's): the default for agents, and their ceiling besides the caller's maxProfile."""
+    run's): the default for agents, and their ceiling besides the caller's maxProfile.
+    `phase_model`: the model the agent's declared phase names (meta.phases[].model), the
+    default before the run's."""
     if not isinstance(prompt, str) or not prompt:
         raise OptionError("agent(): the prompt must be a non-empty string")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise OptionError(f"agent(): the prompt is {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,}")
     unknown = [k for k in opts if k not in KNOWN]
     if unknown:
-        raise OptionError(f"agent(): unknown option {str(unknown[0])[:100]!r} (known: {', '.join(KNOWN)})")
+        raise OptionError(unknown_option("agent()", unknown[0], KNOWN))
     engine = opts.get("engine", "claude")
     if all(getattr(cfg.engines, e) is None for e in ENGINES):
         # Said first: "engine 'claude' is not allowed (allowed: none)" sent people to the
@@ -128,7 +150,7 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
         if not model or len(model) > 200:
             raise OptionError("agent(): opts.model must be 1-200 characters")
     else:
-        model = default_model(engine, run, caller, cfg)
+        model = (phase_model if engine == "claude" else None) or default_model(engine, run, caller, cfg)
     allowed = getattr(caller.models, engine)
     if not model_allowed(model or CLAUDE_CLI_DEFAULT_MODEL, allowed):
         raise OptionError(f"agent(): model {(model or CLAUDE_CLI_DEFAULT_MODEL)!r} is not allowed for caller "
@@ -136,14 +158,28 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     effort = opts.get("effort", run.effort)
     if effort is not None and effort not in EFFORTS:
         raise OptionError(f"agent(): opts.effort must be one of {', '.join(EFFORTS)}, got {str(effort)[:50]!r}")
+    agent_type = opts.get("agentType")
+    if agent_type is not None:
+        _type("agentType", agent_type, str, "a string")
+        if agent_type not in AGENT_TYPES:
+            raise OptionError(f"agent({{agentType}}): agent type {agent_type[:100]!r} not found. Available agents: "
+                              f"{', '.join(AGENT_TYPES)}")
     scope_profile = profile or run.profile
-    profile = opts.get("profile", scope_profile)
+    type_ceiling = AGENT_TYPES.get(agent_type) if agent_type else None
+    if type_ceiling and "profile" not in opts and PROFILES.index(scope_profile) > PROFILES.index(type_ceiling):
+        scope_default = type_ceiling
+    else:
+        scope_default = scope_profile
+    profile = opts.get("profile", scope_default)
     if profile not in PROFILES:
         raise OptionError(f"agent(): opts.profile must be one of {', '.join(PROFILES)}, got {str(profile)[:50]!r}")
     if PROFILES.index(profile) > PROFILES.index(caller.maxProfile):
         raise OptionError(f"agent(): profile {profile!r} is above this caller's maxProfile {caller.maxProfile!r}")
     if scope_profile != run.profile and PROFILES.index(profile) > PROFILES.index(scope_profile):
         raise OptionError(f"agent(): profile {profile!r} is above this workflow's profile {scope_profile!r}")
+    if type_ceiling and PROFILES.index(profile) > PROFILES.index(type_ceiling):
+        raise OptionError(f"agent(): agentType {agent_type!r} is read-only; profile {profile!r} is above "
+                          f"{type_ceiling!r}")
     schema = opts.get("schema")
     if schema is not None:
         _type("schema", schema, dict, "a JSON Schema object")
@@ -157,6 +193,7 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
             raise OptionError(f"agent(): opts.schema is not a valid JSON Schema: {e.message[:300]}") from None
         except RecursionError:
             raise OptionError("agent(): opts.schema is nested too deeply") from None
+        object_root(schema)
     max_usd = opts.get("maxUsd")
     if max_usd is not None:
         _type("maxUsd", max_usd, (int, float), "a number")
@@ -173,6 +210,8 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     if cwd is not None:
         _type("cwd", cwd, str, "a string")
         cwd = pinned_cwd(cwd, caller.cwdRoots)
+    elif run.repository is not None:
+        cwd = run.repository          # pinned when the run started
     label = opts.get("label", f"agent {n}")
     _type("label", label, str, "a string")
     timeout_ms = opts.get("timeoutMs", default_timeout_ms)
@@ -182,6 +221,14 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     isolation = opts.get("isolation")
     if isolation is not None and isolation != "worktree":
         raise OptionError(f"agent(): opts.isolation must be 'worktree', got {str(isolation)[:50]!r}")
+    if isolation == "worktree" and cwd is None:
+        raise OptionError("agent(): isolation: 'worktree' needs a git repository to make the worktree from: "
+                          "start the run with `repository` (a git repository under your cwdRoots), or pass "
+                          "opts.cwd")
+    phase = opts.get("phase")
+    if phase is not None:
+        _type("phase", phase, str, "a string (a progress group's title)")
+        phase = phase[:500]
     base = opts.get("base")
     if base is not None:
         _type("base", base, str, "a string (a commit, branch or tag)")
@@ -199,7 +246,26 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     return AgentOptions(engine=engine, model=model, effort=effort, profile=profile, schema=schema,
                         max_usd=float(max_usd) if max_usd is not None else None, max_tokens=max_tokens,
                         cwd=cwd, label=label[:200], timeout_ms=timeout_ms, isolation=isolation, base=base,
-                        detail=detail, schema_retries=retries, placement=placement)
+                        detail=detail, schema_retries=retries, placement=placement, phase=phase,
+                        agent_type=agent_type)
+
+
+def object_root(schema: dict[str, Any]) -> None:
+    """Claude Code's rule: a schema's root is {type: 'object', properties: {...}} and its
+    `required` names only listed properties (the StructuredOutput tool takes an object);
+    anything else is refused before an agent starts and spends anything."""
+    if schema.get("type") != "object":
+        got = schema.get("type")
+        raise OptionError("agent({schema}) received an unusable JSON Schema: its root must be {type: 'object', "
+                          f"properties: {{...}}}} (its type is {json.dumps(got)[:60] if got is not None else 'missing'}); "
+                          "wrap arrays or primitives in an object property. The agent was not started")
+    props = schema.get("properties", {})
+    required = schema.get("required", [])
+    if isinstance(props, dict) and isinstance(required, list):
+        missing = [r for r in required if isinstance(r, str) and r not in props]
+        if missing:
+            raise OptionError(f"agent({{schema}}) received an unusable JSON Schema: it requires {missing[0][:100]!r}, "
+                              "which is not in its properties. The agent was not started")
 
 
 def _placement(opts: dict[str, Any], engine: str, cwd: str | None, caller: Caller, cfg: Config) -> str:

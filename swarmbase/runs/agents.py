@@ -31,7 +31,7 @@ from ..runner import AgentCallError
 from . import answers, nudge, records, worktrees
 from .git_sandbox import SandboxedGit
 from .agent_opts import AgentOptions, OptionError, resolve
-from .budget import MIN_USD, BudgetSpent
+from .budget import MIN_USD, BudgetSpent, default_max_usd
 from .model import iso
 from .records import AgentRecord, Transcript, redact_value
 
@@ -80,8 +80,11 @@ class Agents:
     def begin(self, live: "LiveRun", prompt: str, opts: dict[str, Any]) -> Ticket:
         """In call order: the agent's number, its resolved options and its journal key."""
         n = live.next_agent_number()
+        path = live.workflow_path
+        phase = opts.get("phase") if isinstance(opts.get("phase"), str) else live.root.current_phase_title(path)
         try:
-            o = resolve(prompt, opts, live.run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs, profile=live.profile)
+            o = resolve(prompt, opts, live.run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs, profile=live.profile,
+                        phase_model=live.root.phase_model(path, phase))
         except OptionError as e:
             return Ticket(n=n, error=str(e))
         except (ValueError, TypeError, RecursionError) as e:   # hostile shapes: never take the run down
@@ -95,13 +98,19 @@ class Agents:
         t = ticket if ticket is not None else self.begin(live, prompt, opts)
         if t.n > self.cfg.maxAgentsPerRun:
             raise AgentCallError(f"agent(): this run reached its cap of {self.cfg.maxAgentsPerRun} agents "
-                                 f"(maxAgentsPerRun)")
+                                 f"(maxAgentsPerRun in the daemon config lifts it)", kind="cap")
         if t.error is not None or t.opts is None or t.key is None:
             raise AgentCallError(t.error or "agent(): invalid call")
         o = t.opts
         cached = live.replay.get(t.key)
         if cached is not None:
             return self._replay(live, t.n, o, prompt, opts, cached)
+        target, spent = live.run.token_target, live.root.output_tokens
+        if target is not None and spent >= target:
+            # Claude Code's token target: checked before each dispatch, no reservation.
+            live.slots.withdraw(t.n)
+            raise AgentCallError(f"agent(): the run's token target is spent ({spent:,} of {target:,} output "
+                                 f"tokens; the run's tokenTarget lifts it)", kind="budget")
         if live.replay and live.bridge is not None:
             # A resumed run: let the runner act on every replayed answer first (a replayed
             # race winner cancels its losers) before this agent may spawn anything.
@@ -156,13 +165,14 @@ class Agents:
         rec = AgentRecord(n=t.n, dir=self.sup.store.dir(run) / "agents" / str(t.n), label=o.label, engine=o.engine,
                           model=o.model, profile=o.profile, workflow=live.workflow_path)
         rec.set_state("queued")
-        live.add_agent(rec)                       # filed under the script's current phase
+        live.add_agent(rec, o.phase)              # filed under opts.phase, else the script's current phase
         # Its files in a worker thread (a burst of agents made hundreds of files on the
         # loop), shielded: they exist before anything can end the agent and write its record.
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self.sup.store.create_agent, rec, prompt, {**opts, "resolved": {
                 "engine": o.engine, "model": o.model, "effort": o.effort, "profile": o.profile, "cwd": o.cwd,
-                "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd, "placement": o.placement}})
+                "timeoutMs": o.timeout_ms, "maxUsd": o.max_usd, "placement": o.placement,
+                **({"agentType": o.agent_type} if o.agent_type else {})}})
         self.sup.agent_changed(live, rec)
 
         scope = trio.CancelScope()
@@ -228,11 +238,17 @@ class Agents:
             return answers.answer(o.detail, rec, self.sup.redact, value, verdict)
         self._end(live, rec, "failed", error=self.sup.redact(verdict.error or "failed"))
         await self._journal(live, t.key, rec, None)
+        if verdict.schema_error and not o.detail:
+            # Claude Code's agent({schema}) throws when no valid structured output came back.
+            raise AgentCallError(f"agent({{schema}}): agent {t.n} returned no valid structured output: "
+                                 f"{self.sup.redact(verdict.schema_error)}")
         return answers.answer(o.detail, rec, self.sup.redact, None, verdict)
 
     async def _reserve(self, live: "LiveRun", rec: AgentRecord, o: AgentOptions) -> tuple[float, int]:
         run = live.run
-        cap = o.max_usd if o.max_usd is not None else max(0.50, run.budget_usd / 8)
+        # The default cap is the run's share per slot, so a script that never sets maxUsd can
+        # have perRunConcurrency agents at once; a smaller maxUsd fits more.
+        cap = o.max_usd if o.max_usd is not None else default_max_usd(run.budget_usd, self.cfg.perRunConcurrency)
         reserved, tokens = 0.0, 0
         try:
             got = live.usd.try_now(cap)
@@ -250,7 +266,7 @@ class Agents:
             if reserved:                 # the USD part was held: give it back
                 live.usd.settle(reserved, 0.0)
             self._end(live, rec, "failed", error=str(e))
-            raise AgentCallError(f"agent(): {e}") from None
+            raise AgentCallError(f"agent(): {e}", kind="budget") from None
         except BaseException:
             if reserved:
                 live.usd.settle(reserved, 0.0)
@@ -404,7 +420,7 @@ class Agents:
                           branch=cached.get("worktree"))
         rec.set_state("queued")
         self.sup.store.create_agent(rec, prompt, {**opts, "replayedFrom": live.run.resumed_from})
-        live.add_agent(rec)
+        live.add_agent(rec, o.phase)
         rec.started_at = rec.queued_at
         rec.set_state("done", replayed=True, originalCostUsd=cached.get("costUsd"))
         live.run.agents_done += 1
@@ -439,6 +455,7 @@ class Agents:
         rec.cost_usd, rec.cost_estimated, rec.tokens = cost, estimated, tokens
         rec.priced = usage.priced
         live.usd.settle(reserved, cost)
+        live.root.output_tokens += tokens.output
         if o.engine == "codex":
             live.tokens.settle(reserved_tokens, tokens.total)
         live.run.spent_estimated = live.run.spent_estimated or estimated

@@ -22,6 +22,12 @@ class BudgetSpent(Exception):
     pass
 
 
+def default_max_usd(budget_usd: float, per_run_concurrency: int) -> float:
+    """An agent's USD cap when it sets no maxUsd: the run's budget shared by its slots, so
+    a script that never sets maxUsd can have perRunConcurrency agents at once."""
+    return max(MIN_USD, budget_usd / max(1, per_run_concurrency))
+
+
 @attrs.define
 class Ledger:
     total: float

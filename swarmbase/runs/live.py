@@ -59,6 +59,10 @@ class LiveRun:
     # at agent 2: the numbers running now, and the rows of ended agents (they never change).
     running_now: set[int] = attrs.Factory(set)
     ended_rows: dict[int, dict[str, Any]] = attrs.Factory(dict)
+    meta: Any = None                    # the script's meta (swarmbase.script_meta.Meta), or None
+    current_phase: dict[str, int] = attrs.Factory(dict)    # workflow path -> index in phases
+    output_tokens: int = 0              # what budget.spent() reports: output tokens of every agent
+    max_agents: int = 1000              # the daemon's maxAgentsPerRun, shown to the script
 
     def __attrs_post_init__(self) -> None:
         if self.usd is None:
@@ -81,27 +85,64 @@ class LiveRun:
         self.agent_count += 1
         return self.agent_count
 
-    def add_agent(self, rec: AgentRecord, path: str = "") -> None:
-        """Count an agent in the run and file it under its workflow's current phase."""
-        phase = self.phase_for(path)
+    def add_agent(self, rec: AgentRecord, phase_title: str | None = None) -> None:
+        """The scope interface (shared with workflows.WorkflowScope): an agent of the root script."""
+        self.file_agent(rec, "", phase_title)
+
+    def file_agent(self, rec: AgentRecord, path: str, phase_title: str | None = None) -> None:
+        """Count an agent in the run and file it under its own phase (opts.phase) or its
+        workflow's current one."""
+        phase = self.phase_named(path, phase_title) if phase_title is not None else self.phase_for(path)
         phase["agents"].append(rec.n)
         rec.phase = phase["title"]
         self.agents[rec.n] = rec
         self.run.agents_total += 1
 
     def budget_view(self) -> dict[str, Any]:
-        return {**self.usd.ledger.view(), "tokens": self.tokens.ledger.view()}
+        return script_budget(self, self.usd, self.tokens)
+
+    # -- phases: one group per (workflow path, title), as Claude Code groups them --------
+    def declare_phases(self) -> None:
+        """The lanes a script's meta.phases declares, there before any agent starts."""
+        for p in (self.meta.phases if self.meta is not None else ()):
+            group = self.phase_named("", p.title)
+            if p.detail:
+                group["detail"] = p.detail
+
+    def phase_named(self, path: str, title: str) -> dict[str, Any]:
+        """The group of this title in this workflow, made if new; the current phase stays."""
+        for p in self.phases:
+            if p["title"] == title and p.get("workflow", "") == path:
+                return p
+        self.phases.append({"title": title, "workflow": path, "agents": []})
+        self.writes.phases_dirty = True
+        return self.phases[-1]
+
+    def enter_phase(self, path: str, title: str) -> bool:
+        """phase(title) in a workflow: its agents go there from now on. True if the group is new."""
+        before = len(self.phases)
+        group = self.phase_named(path, title)
+        self.current_phase[path] = self.phases.index(group)
+        return len(self.phases) > before
+
+    def current_phase_title(self, path: str) -> str | None:
+        i = self.current_phase.get(path)
+        return self.phases[i]["title"] if i is not None else None
+
+    def phase_model(self, path: str, title: str | None) -> str | None:
+        """A declared phase's model (meta.phases[].model): the default of the root script's
+        agents filed under it."""
+        return self.meta.phase_model(title) if self.meta is not None and not path and title else None
 
     def phase_for(self, path: str) -> dict[str, Any]:
         """A workflow's current phase; agents started before any phase() go to an implicit
         one ('main' for the root script, the workflow's label for a nested one)."""
-        for p in reversed(self.phases):
-            if p.get("workflow", "") == path:
-                return p
+        i = self.current_phase.get(path)
+        if i is not None:
+            return self.phases[i]
         scope = self.scopes.get(path)
         title = "main" if not path else (scope.call.label if scope is not None else f"workflow {path}")
-        self.phases.append({"title": title, "workflow": path, "agents": []})
-        return self.phases[-1]
+        return self.phase_named(path, title)
 
     def phase_for_agents(self) -> dict[str, Any]:
         return self.phase_for("")
@@ -127,3 +168,12 @@ class LiveRun:
     @property
     def running(self) -> int:
         return len(self.running_now)
+
+
+def script_budget(live: LiveRun, usd: BudgetGate, tokens: BudgetGate) -> dict[str, Any]:
+    """What a script's `budget` shows (sandbox/context/hooks.mjs): Claude Code's token target
+    and output tokens spent (shared by the whole run, nested workflows too), the run's agent
+    count and cap (parallel() and pipeline() check them before they start anything), and
+    SwarmBase's USD and codex token ledgers of this scope."""
+    return {"usd": usd.ledger.view(), "codex": tokens.ledger.view(), "target": live.run.token_target,
+            "outputTokens": live.output_tokens, "agents": live.agent_count, "maxAgents": live.max_agents}

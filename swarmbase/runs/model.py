@@ -95,6 +95,12 @@ class Run:
     timeout_ms: Optional[int] = None
     budget_warn_at: Optional[float] = None
     script_comment: Optional[str] = None  # the script's leading // comment line (naming.leading_comment)
+    # Claude Code's Workflow call shape and language (issue 21): the run's token target
+    # (budget.total; None: no target), the caller's description, and the repository its
+    # agents work in (the default cwd, and where isolation: 'worktree' worktrees come from).
+    token_target: Optional[int] = None
+    description: Optional[str] = None
+    repository: Optional[str] = None
     # The hash-chain link (swarmbase.audit.chain.run_link, set at start) and the sealed end
     # record (set once when the run ends): compact JSON text, then left in run.json once the
     # run has ended (stow_end). As nested dicts they were most of what a finished run cost
@@ -172,7 +178,8 @@ class Run:
             "agentsTotal": self.agents_total, "agentsDone": self.agents_done,
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
             "resumedAs": self.resumed_as, "timeoutMs": self.timeout_ms, "budgetWarnAt": self.budget_warn_at,
-            "scriptComment": self.script_comment, "link": self.link, "end": self.end,
+            "scriptComment": self.script_comment, "tokenTarget": self.token_target, "description": self.description,
+            "repository": self.repository, "link": self.link, "end": self.end,
         }
 
     @classmethod
@@ -210,6 +217,9 @@ class Run:
             budget_warn_at=num("budgetWarnAt") if d.get("budgetWarnAt") is not None else None,
             # Older records kept the first line of code as "scriptLine": never a name now.
             script_comment=_str(d.get("scriptComment")),
+            token_target=d.get("tokenTarget") if isinstance(d.get("tokenTarget"), int) and not isinstance(
+                d.get("tokenTarget"), bool) else None,
+            description=_str(d.get("description")), repository=_str(d.get("repository")),
             link=d.get("link") if isinstance(d.get("link"), dict) else None,
             end=d.get("end") if isinstance(d.get("end"), dict) else None,
         )
@@ -217,11 +227,11 @@ class Run:
     def summary(self) -> dict[str, Any]:
         """The caller-facing summary used by `list` and `status`."""
         return {
-            "runId": self.id, "label": self.display_label, "status": self.status,
+            "runId": self.id, "label": self.display_label, "description": self.description, "status": self.status,
             "createdAt": iso(self.created_at), "endedAt": iso(self.ended_at) if self.ended_at else None,
             "budgetUsd": self.budget_usd, "spentUsd": round(self.spent_usd, 6),
             "spentEstimated": self.spent_estimated, "budgetTokens": self.budget_tokens,
-            "spentTokens": self.spent_tokens,
+            "spentTokens": self.spent_tokens, "tokenTarget": self.token_target,
             "agents": {"done": self.agents_done, "total": self.agents_total},
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
             "resumedAs": self.resumed_as,

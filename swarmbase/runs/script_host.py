@@ -87,14 +87,16 @@ class ScriptHost:
 
     # -- phase() and log() ------------------------------------------------------------
     def phase(self, title: str) -> None:
+        """Agents started after it are filed under this title (one group per title, as in
+        Claude Code: phase('A') again goes back to group A)."""
         live, cfg = self.live, self.sup.cfg
-        if len(live.phases) >= cfg.maxPhasesPerRun:
-            self.sup.fail_run(live, f"the script called phase() more than {cfg.maxPhasesPerRun} times "
-                                    f"(maxPhasesPerRun)")
-            return
         path = self.scope.workflow_path
-        live.phases.append({"title": title, "workflow": path, "agents": []})
-        live.writes.phases_dirty = True
+        known = any(p["title"] == title and p.get("workflow", "") == path for p in live.phases)
+        if not known and len(live.phases) >= cfg.maxPhasesPerRun:
+            self.sup.fail_run(live, f"the script made more than {cfg.maxPhasesPerRun} phases "
+                                    f"(maxPhasesPerRun in the daemon config lifts it)")
+            return
+        live.enter_phase(path, title)
         self.sup.events.publish(live.run.id, "phase", {"title": title, "workflow": path})
         self.sup.notify("phase", live.run, title, path)
         self._log(f"phase: {title}" if not path else f"[{path}] phase: {title}")
@@ -111,12 +113,6 @@ class ScriptHost:
                                     f"(maxLogBytesPerRun)")
             return
         self.sup.record_log(live.run, message[:MAX_LOG_CHARS])
-
-    def meta(self, meta: Any) -> None:
-        if isinstance(meta, dict) and not self.scope.workflow_path:
-            clean = {k: str(v)[:500] for k, v in meta.items() if k in ("name", "description") and v is not None}
-            self.live.run.meta = clean
-            self.sup.changed(self.live.run)
 
     def budget_view(self) -> dict[str, Any]:
         return self.scope.budget_view()

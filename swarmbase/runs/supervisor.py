@@ -19,16 +19,18 @@ from typing import Any, Protocol
 
 import trio
 
-from .. import fsutil, json_depth, money, notices
+from .. import fsutil, money, notices
 from ..audit.rundirs import chains_from_disk, end_files
 from ..audit.seal import RunChains
-from ..config import PROFILES, Caller, Config
+from ..config import Caller, Config
 from ..events import EventHub
 from ..outbox import Outbox
 from ..runner import RunnerLimits
 from . import boot, flush
 from . import journal as journal_mod
+from . import run_request
 from .agent_opts import EFFORTS  # noqa: F401  (re-exported for the tool schemas)
+from .run_request import RunRefused
 from .journal import Journal
 from .live import LiveRun
 from .model import Run, iso, new_run_id
@@ -42,10 +44,8 @@ from .store import DamagedFile, RunStore
 log = logging.getLogger("swarmbase.supervisor")
 
 RESAVE_INTERVAL_S = 5.0
-
-
-class RunRefused(Exception):
-    """A run request the caller's policy does not allow; the message says why."""
+# What a resume with the Workflow call shape may set anew (besides script and args).
+RESUME_OVERRIDES = ("label", "description", "tokenTarget", "repository")
 
 
 class AgentService(Protocol):
@@ -268,27 +268,7 @@ class Supervisor:
     def start(self, caller: Caller, params: dict[str, Any], carried: journal_mod.Loaded | None = None) -> Run:
         if not self.accepting or self._nursery is None:
             raise RunRefused("the daemon is shutting down and accepts no new runs")
-        # Least privilege unless asked: read (or think, if that is all the caller may use).
-        profile = params.get("profile") or PROFILES[min(PROFILES.index("read"), PROFILES.index(caller.maxProfile))]
-        if PROFILES.index(profile) > PROFILES.index(caller.maxProfile):
-            raise RunRefused(f"profile {profile!r} is above this caller's maxProfile {caller.maxProfile!r}")
-        if json_depth.deeper_than(params.get("args"), json_depth.MAX_DEPTH):
-            raise RunRefused(f"args: nested deeper than {json_depth.MAX_DEPTH} levels (the limit)")
-        budget_usd = float(params.get("budgetUsd", caller.runUsdDefault))
-        if budget_usd > caller.runUsdMax:
-            raise RunRefused(f"budgetUsd {budget_usd:g} is above this caller's runUsdMax {caller.runUsdMax:g}")
-        budget_tokens = int(params.get("budgetTokens", caller.runTokensDefault))
-        if budget_tokens > caller.runTokensMax:
-            raise RunRefused(f"budgetTokens {budget_tokens} is above this caller's runTokensMax {caller.runTokensMax}")
-        timeout_ms = int(params.get("timeoutMs", min(self.cfg.runTimeoutMs, caller.runTimeoutMaxMs)))
-        if timeout_ms > caller.runTimeoutMaxMs:
-            raise RunRefused(f"timeoutMs {timeout_ms} is above this caller's runTimeoutMaxMs {caller.runTimeoutMaxMs}")
-        model = params.get("model")
-        if model is not None:
-            from .agent_opts import model_allowed
-            if not model_allowed(model, caller.models.claude):
-                raise RunRefused(f"model {model!r} is not allowed for this caller "
-                                 f"(allowed: {', '.join(caller.models.claude or [])})")
+        p = run_request.plan(caller, params, self.cfg)
         active = [r for r in self.runs.values() if r.caller == caller.name and r.active]
         if len(active) >= caller.maxActiveRuns:
             raise RunRefused(f"this caller already has {len(active)} active runs (maxActiveRuns is "
@@ -296,12 +276,14 @@ class Supervisor:
         now = time.time()
         run_id = new_run_id()
         run = Run(id=run_id, caller=caller.name, dir_name=RunStore.dir_name_for(run_id, now), created_at=now,
-                  label=params.get("label"), args=params.get("args"), model=model,
-                  effort=params.get("effort"), profile=profile, budget_usd=budget_usd,
-                  budget_tokens=budget_tokens, keep_work=bool(params.get("keepWork", False)),
-                  resumed_from=params.get("resumedFrom"), timeout_ms=timeout_ms,
+                  label=params.get("label"), args=params.get("args"), model=p.model,
+                  effort=params.get("effort"), profile=p.profile, budget_usd=p.budget_usd,
+                  budget_tokens=p.budget_tokens, keep_work=bool(params.get("keepWork", False)),
+                  resumed_from=params.get("resumedFrom"), timeout_ms=p.timeout_ms,
                   budget_warn_at=float(params.get("budgetWarnAt", caller.budgetWarnAt)),
-                  script_comment=leading_comment(params["script"]))
+                  script_comment=leading_comment(params["script"]), meta=p.meta.to_json() if p.meta else None,
+                  token_target=params.get("tokenTarget"), description=params.get("description"),
+                  repository=p.repository)
         run.history.append({"status": "queued", "at": iso(now)})
         old = self.runs.get(run.resumed_from) if run.resumed_from else None
         chains = RunChains.start(run.id, params["script"], resumed_from=run.resumed_from,
@@ -309,7 +291,9 @@ class Supervisor:
         run.link = chains.link
         try:
             self.store.create(run, params["script"])
-            live = LiveRun(run=run, caller=caller, slots=RunSlots(self.cfg.perRunConcurrency), chains=chains)
+            live = LiveRun(run=run, caller=caller, slots=RunSlots(self.cfg.perRunConcurrency), chains=chains,
+                           meta=p.meta, max_agents=self.cfg.maxAgentsPerRun)
+            live.declare_phases()
             carry = list({e["key"]: e for e in carried.lines if e.get("ok")}.values()) if carried else []
             live.journal = Journal(self.store.dir(run) / "journal.jsonl", run.id, live.args_digest, carry,
                                    chain=chains.journal)
@@ -437,11 +421,15 @@ class Supervisor:
             raise RunRefused(f"cannot resume {old.id}: {e}") from None
         except DamagedFile as e:
             raise RunRefused(f"cannot resume {old.id}: {e}") from None
-        new_params = {"script": script, "args": params["args"] if "args" in params else old.args,
+        # An edited script (Claude Code's resumeFromRunId with a new script) replays the calls
+        # it still makes the same way: the journal is keyed by content, not position.
+        new_params = {"script": params.get("script", script), "args": params["args"] if "args" in params else old.args,
                       "label": old.label, "model": old.model, "effort": old.effort, "profile": old.profile,
                       "budgetUsd": old.budget_usd, "budgetTokens": old.budget_tokens, "keepWork": old.keep_work,
-                      "resumedFrom": old.id, "timeoutMs": old.timeout_ms, "budgetWarnAt": old.budget_warn_at}
+                      "resumedFrom": old.id, "timeoutMs": old.timeout_ms, "budgetWarnAt": old.budget_warn_at,
+                      "tokenTarget": old.token_target, "description": old.description, "repository": old.repository}
         new_params = {k: v for k, v in new_params.items() if v is not None or k == "args"}
+        new_params.update({k: params[k] for k in RESUME_OVERRIDES if k in params and params[k] is not None})
         new = self.start(caller, new_params, carried=loaded)
         old.resumed_as = new.id
         try:

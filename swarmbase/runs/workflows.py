@@ -13,18 +13,23 @@ workflow's second call is "1/2". A finished workflow is journaled whole (kind
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import re
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .. import fsutil, money
+from .. import fsutil, money, script_meta
 from ..config import PROFILES
+from .agent_opts import OptionError, pinned_cwd, unknown_option
 from . import journal as journal_mod
 from .budget import BudgetGate, Ledger
 from .journal import KeyCounter
+from .live import script_budget
 
 if TYPE_CHECKING:
     from .live import LiveRun
@@ -33,6 +38,9 @@ if TYPE_CHECKING:
 # final newline and NAME.match("x\n") once let save_workflow write "x\n.js".
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 KNOWN = ("label", "budgetUsd", "budgetTokens", "profile")
+# Script text rather than a name: what no saved workflow's name has (a call, a statement,
+# an operator, a quote).
+SCRIPT_LIKE = re.compile(r"[;(){}=`'\"+*/<>!]|\breturn\b|\bawait\b")
 MAX_SOURCE_CHARS = 1_000_000
 
 
@@ -93,11 +101,11 @@ class WorkflowScope(Scope):
     def next_agent_number(self) -> int:
         return self.root.next_agent_number()
 
-    def add_agent(self, rec: Any) -> None:
-        self.root.add_agent(rec, self.workflow_path)
+    def add_agent(self, rec: Any, phase_title: str | None = None) -> None:
+        self.root.file_agent(rec, self.workflow_path, phase_title)
 
     def budget_view(self) -> dict[str, Any]:
-        return {**self.usd.ledger.view(), "tokens": self.tokens.ledger.view()}
+        return script_budget(self.root, self.usd, self.tokens)
 
 
 def saved_dir(state_dir: Path, caller: str) -> Path:
@@ -116,28 +124,93 @@ def load_saved(state_dir: Path, caller: str, name: str) -> str:
         raise WorkflowError(f"workflow(): the saved workflow {name!r} cannot be read ({type(e).__name__})") from None
 
 
+def find_saved(state_dir: Path, caller: str, name: str) -> tuple[str, str] | None:
+    """(saved name, script) of the caller's saved workflow called `name`: its file name, or
+    else the meta.name it declares (Claude Code finds saved workflows by meta.name)."""
+    if NAME.fullmatch(name) and (saved_dir(state_dir, caller) / f"{name}.js").is_file():
+        return name, load_saved(state_dir, caller, name)
+    for entry in listing(state_dir, caller):
+        if (entry.get("meta") or {}).get("name") == name:
+            return entry["name"], load_saved(state_dir, caller, entry["name"])
+    return None
+
+
+def read_script_file(path: str, roots: list[str], what: str = "scriptPath") -> str:
+    """A script file named by an absolute path whose directory lies under one of the
+    caller's cwdRoots (realpath, so a symlinked dir out of a root is refused); the file itself
+    is opened without following a symlink, must be regular and at most MAX_SOURCE_CHARS."""
+    if not isinstance(path, str) or not os.path.isabs(path) or "\x00" in path:
+        raise WorkflowError(f"{what} must be an absolute path to a script file under your cwdRoots")
+    try:
+        real = pinned_cwd(os.path.dirname(path), roots)
+    except OptionError:
+        raise WorkflowError(f"{what} {path[:200]!r} is not inside this caller's cwdRoots (script files are "
+                            "read only from there)") from None
+    try:
+        fd = os.open(os.path.join(real, os.path.basename(path)), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise WorkflowError(f"{what} {path[:200]!r}: no such file") from None
+    except OSError as e:
+        raise WorkflowError(f"{what} {path[:200]!r} cannot be opened ({'a symbolic link' if e.errno == errno.ELOOP else e.strerror})"
+                            ) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise WorkflowError(f"{what} {path[:200]!r} is not a regular file")
+        data = f.read(MAX_SOURCE_CHARS * 4 + 1)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise WorkflowError(f"{what} {path[:200]!r} is not UTF-8 text") from None
+    if len(data) > MAX_SOURCE_CHARS * 4 or len(text) > MAX_SOURCE_CHARS:
+        raise WorkflowError(f"{what} {path[:200]!r} is larger than {MAX_SOURCE_CHARS:,} characters")
+    return text
+
+
+def _source(scope: Any, source: Any, state_dir: Path) -> tuple[str, str | None]:
+    """(script text, default label) of a workflow() source: a saved workflow's name (Claude
+    Code's form; a string that is no saved name and looks like one is an error), {name},
+    {scriptPath} (under cwdRoots), or script text (SwarmBase's)."""
+    caller = scope.caller
+    if isinstance(source, dict) and isinstance(source.get("scriptPath"), str):
+        text = read_script_file(source["scriptPath"], caller.cwdRoots, "workflow({scriptPath})")
+        return text, None
+    name = source.get("name") if isinstance(source, dict) else source
+    if not isinstance(name, str) or not name.strip():
+        raise WorkflowError("workflow() expects a workflow name (string) or {scriptPath: string}")
+    found = find_saved(state_dir, caller.name, name)
+    if found is not None:
+        return found[1], found[0]
+    if isinstance(source, dict) or (len(name) <= 200 and "\n" not in name and not SCRIPT_LIKE.search(name)):
+        names = [e["name"] for e in listing(state_dir, caller.name)]
+        raise WorkflowError(f"workflow('{name[:100]}'): no workflow with that name. Available: "
+                            f"{', '.join(names[:50]) or '(none)'} (save one with the save_workflow tool)")
+    return name, None
+
+
 def resolve(scope: Any, source: Any, args: Any, opts: dict[str, Any], state_dir: Path,
             max_depth: int, max_workflows: int, workflows_so_far: int) -> WorkflowCall:
     """In call order: validate a workflow() call and give it its path and journal key."""
     if scope.depth + 1 > max_depth:
         raise WorkflowError(f"workflow(): this would be depth {scope.depth + 1}; the daemon allows "
-                            f"{max_depth} (maxWorkflowDepth)")
+                            f"{max_depth} (maxWorkflowDepth in the daemon config lifts it)")
     if workflows_so_far >= max_workflows:
-        raise WorkflowError(f"workflow(): this run reached its cap of {max_workflows} workflows (maxWorkflowsPerRun)")
+        raise WorkflowError(f"workflow(): this run reached its cap of {max_workflows} workflows "
+                            f"(maxWorkflowsPerRun in the daemon config lifts it)")
     unknown = [k for k in opts if k not in KNOWN]
     if unknown:
-        raise WorkflowError(f"workflow(): unknown option {str(unknown[0])[:100]!r} (known: {', '.join(KNOWN)})")
-    if isinstance(source, dict):
-        name = source.get("name")
-        text = load_saved(state_dir, scope.caller.name, name)
-        default_label = str(name)
-    else:
-        text = source
-        default_label = None
-    if not isinstance(text, str) or not text.strip():
-        raise WorkflowError("workflow(): source must be script text or {name} of a saved workflow")
+        raise WorkflowError(unknown_option("workflow()", unknown[0], KNOWN))
+    text, default_label = _source(scope, source, state_dir)
+    if not text.strip():
+        raise WorkflowError("workflow(): the workflow's script is empty")
     if len(text) > MAX_SOURCE_CHARS:
         raise WorkflowError(f"workflow(): the source is {len(text):,} characters; the limit is {MAX_SOURCE_CHARS:,}")
+    try:
+        meta = script_meta.read(text).meta
+    except script_meta.MetaError as e:
+        raise WorkflowError(f"workflow({(default_label or 'script')[:100]!r}): {e}") from None
+    if default_label is None and meta is not None and meta.name:
+        default_label = meta.name
     label = opts.get("label", default_label)
     if label is not None and not isinstance(label, str):
         raise WorkflowError("workflow(): opts.label must be a string")
@@ -203,7 +276,8 @@ def save(state_dir: Path, caller: str, name: str, script: str) -> Path:
 
 
 def listing(state_dir: Path, caller: str) -> list[dict[str, Any]]:
-    """The caller's saved workflows with the first line of each (their description)."""
+    """The caller's saved workflows: name, size, first line, and what their meta block
+    declares (name, description, whenToUse, phases), read without running them."""
     d = saved_dir(state_dir, caller)
     out = []
     if d.is_dir():
@@ -213,5 +287,12 @@ def listing(state_dir: Path, caller: str) -> list[dict[str, Any]]:
             except (OSError, UnicodeDecodeError):
                 continue
             first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-            out.append({"name": p.stem, "chars": len(text), "firstLine": first[:200]})
+            entry: dict[str, Any] = {"name": p.stem, "chars": len(text), "firstLine": first[:200]}
+            meta = script_meta.describe(text)
+            if meta:
+                entry["meta"] = meta
+                for key in ("description", "whenToUse"):
+                    if meta.get(key):
+                        entry[key] = meta[key]
+            out.append(entry)
     return out

@@ -1,0 +1,65 @@
+"""The `run` tool's arguments as what the supervisor starts: Claude Code's Workflow call
+shape `{script | scriptPath | name, args, resumeFromRunId, title, description}` beside
+SwarmBase's own parameters, so a resident's habitual Workflow call works unchanged.
+
+- The script comes from `script`, else the file at `scriptPath` (under the caller's
+  cwdRoots), else the caller's saved workflow `name` (its file name or its meta.name) —
+  Claude Code's precedence when more than one is given.
+- `title` is the run's label (unless `label` is given too) and `description` its
+  description; Claude Code ignores both, SwarmBase shows them.
+- `resumeFromRunId` resumes that run: with a script (edited or not) the new script runs
+  against the old journal and every call it still makes the same way replays; without
+  one, the old run's script runs again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .run_request import RunRefused
+from .workflows import WorkflowError, find_saved, listing, read_script_file
+
+# Passed to the supervisor as they are.
+PASSED = ("args", "label", "model", "effort", "profile", "budgetUsd", "budgetTokens", "keepWork", "timeoutMs",
+          "budgetWarnAt", "description", "repository", "tokenTarget")
+
+
+@attrs.frozen
+class RunCall:
+    params: dict[str, Any]
+    resume_from: str | None = None
+
+
+def from_tool(a: dict[str, Any], caller: Any, state_dir: Path) -> RunCall:
+    params = {k: a[k] for k in PASSED if k in a}
+    if "title" in a and "label" not in a:
+        params["label"] = a["title"]
+    script = _script(a, caller, state_dir)
+    if script is not None:
+        params["script"] = script
+    resume = a.get("resumeFromRunId")
+    if script is None and resume is None:
+        raise RunRefused("provide the script: `script` (its text), `scriptPath` (a file under your cwdRoots) or "
+                         "`name` (a saved workflow; see the workflows tool), or `resumeFromRunId`")
+    return RunCall(params=params, resume_from=resume)
+
+
+def _script(a: dict[str, Any], caller: Any, state_dir: Path) -> str | None:
+    if "script" in a:
+        return a["script"]
+    if "scriptPath" in a:
+        try:
+            return read_script_file(a["scriptPath"], caller.cwdRoots)
+        except WorkflowError as e:
+            raise RunRefused(str(e)) from None
+    if "name" in a:
+        found = find_saved(state_dir, caller.name, a["name"])
+        if found is None:
+            names = [e["name"] for e in listing(state_dir, caller.name)]
+            raise RunRefused(f"no saved workflow named {a['name'][:100]!r}. Available: "
+                             f"{', '.join(names[:50]) or '(none)'} (save one with the save_workflow tool)")
+        return found[1]
+    return None

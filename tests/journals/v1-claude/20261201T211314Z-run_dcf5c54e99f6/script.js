@@ -1,0 +1,14 @@
+export const meta = { name: "golden-v1", description: "a journal written before issue 21" };
+phase("one");
+const plain = await agent("golden plain [[text:alpha]]", { label: "plain" });
+const schema = { type: "object", properties: { score: { type: "integer" } }, required: ["score"] };
+const rated = await agent('golden rate [[structured:{"score": 3}]]', { schema });
+const tuned = await agent("golden tuned [[text:beta]]", { model: "claude-sonnet-4-5", effort: "low", profile: "think" });
+phase("two");
+const fan = await parallel([1, 2, 3].map((i) => () => agent(`golden fan ${i} [[text:fan${i}]]`)));
+const again = await parallel([0, 1].map(() => () => agent("golden same [[text:same]]")));
+const piped = await pipeline(["x", "y"], (v) => agent(`golden pipe ${v} [[text:pipe-${v}]]`), (r) => r.toUpperCase());
+const child = await workflow("return await agent('golden child ' + args.n + ' [[text:kid]]')", { n: 7 });
+const won = await race([() => agent("golden race [[text:winner]]"), () => agent("golden loser [[sleep:60]]")]);
+const detail = await agent("golden detail [[text:gamma]]", { detail: true });
+return { plain, rated, tuned, fan, again, piped, child, won, detail: detail.value };

@@ -1,0 +1,95 @@
+"""Running the same Workflow call through a SwarmBase daemon: a real `python -m swarmbase`
+process whose claude engine is the real CLI against the deterministic model, driven over
+MCPL with the `run` tool in Claude Code's call shape; the run's end notice, its status
+(phases, log) and its result are read back through the tools.
+
+Measured on the 2-core test machine: a SwarmBase agent is one sandboxed `claude -p`
+(0.80 CPU-s for the CLI alone, median of 5 from RUSAGE_CHILDREN), so a run costs about its
+agent count × 0.8 CPU-s; the daemon's own share is small (0.12 CPU-s for a 3-agent run).
+One daemon serves every run of a suite.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import attrs
+import trio
+
+from swarmbase.client import HostClient, connect
+
+from ..clidaemon import cli_daemon
+from ..conftest import write_config
+from .claude_code import CLAUDE
+
+CALLER = "peer"
+
+
+@attrs.frozen
+class SwarmBaseRun:
+    status: str                      # completed, failed, ... or "refused" (the run tool said no)
+    result: Any
+    error: str | None
+    logs: list[str]
+    run_id: str | None
+    phases: list[dict[str, Any]]
+
+
+@attrs.define
+class SwarmBaseDaemon:
+    """One MCPL connection to the daemon (a caller has one live session: a second connection
+    would replace the first), shared by every run; tool calls on it may overlap."""
+    host: HostClient
+    state: Path
+    roots: Path
+
+    async def tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return await self.host.tool(name, arguments)
+
+    async def run(self, call: dict[str, Any], *, timeout: float = 300) -> SwarmBaseRun:
+        h = self.host
+        res = await h.tool("run", call)
+        if res.get("isError"):
+            return SwarmBaseRun("refused", None, res["content"][0]["text"], [], None, [])
+        run_id = res["structuredContent"]["runId"]
+        with trio.fail_after(timeout):
+            await h.wait_notice(f"{run_id}:end")
+        status = (await h.tool("status", {"runId": run_id, "logLines": 500}))["structuredContent"]
+        result = None
+        if status["status"] == "completed":
+            text, offset = "", 0
+            while offset is not None:
+                page = (await h.tool("result", {"runId": run_id, "offset": offset}))["structuredContent"]
+                text += page["text"]
+                offset = page["nextOffset"]
+            result = json.loads(text)
+        return SwarmBaseRun(status=status["status"], result=result, error=status.get("error"),
+                            logs=[line["message"] for line in status.get("log", [])], run_id=run_id,
+                            phases=status.get("phases", []))
+
+
+def config(state: Path, roots: Path, model_url: str, **extra: Any) -> tuple[Path, str]:
+    key = state / f"{CALLER}.key"
+    state.mkdir(parents=True, exist_ok=True)
+    key.write_text("sk-ant-peer-0000\n")
+    key.chmod(0o600)
+    roots.mkdir(parents=True, exist_ok=True)
+    path, tokens = write_config(
+        state, callers=[CALLER], engines={"claude": {"bin": str(CLAUDE), "baseUrl": model_url}},
+        caller_extra={"apiKeyFile": str(key), "cwdRoots": [str(roots)], "maxProfile": "write",
+                      "maxActiveRuns": 100, "runUsdMax": 100, "runUsdDefault": 20}, **extra)
+    return path, tokens[CALLER]
+
+
+@asynccontextmanager
+async def swarmbase_daemon(base: Path, model_url: str, **extra: Any) -> AsyncIterator[SwarmBaseDaemon]:
+    """A daemon process on a fresh state dir under `base`, its caller `peer` allowed to read
+    and write under base/roots."""
+    state, roots = base / "state", base / "roots"
+    path, token = config(state, roots, model_url, **extra)
+    async with cli_daemon(path) as d, connect(d.ws, token) as host:
+        await host.handshake()
+        yield SwarmBaseDaemon(host=host, state=state, roots=roots)
