@@ -193,7 +193,33 @@ def make_app(services: Services) -> QuartTrio:
     register_spend(app, services)
     register_audit(app, services)
     register_metrics(app, services, services.metrics)
+    close_when_asked(app)
     return app
+
+
+def close_when_asked(app: Any) -> None:
+    """Send every response's last body in a shielded scope, so `Connection: close` (and
+    HTTP/1.0) gets its EOF. Hypercorn closes such a connection from inside that send
+    (its stream ends, the socket is shut down and closed), but by then quart-trio has
+    seen the ASGI disconnect and cancelled the request's nursery, so the shutdown's first
+    checkpoint raised Cancelled and the socket stayed open: a client reading to EOF hung
+    (issue 25 #8; Hypercorn 0.18, quart-trio 0.12). Hypercorn already shields the bytes'
+    own send; this only lets its close run to the end."""
+    inner = app.asgi_app
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            return await inner(scope, receive, send)
+
+        async def send_last_shielded(message: dict[str, Any]) -> None:
+            if message.get("type") == "http.response.body" and not message.get("more_body", False):
+                with trio.CancelScope(shield=True):
+                    await send(message)
+            else:
+                await send(message)
+        await inner(scope, receive, send_last_shielded)
+
+    app.asgi_app = asgi
 
 
 async def serve(cfg: Config, *, agents: AgentService | None = None, limits: RunnerLimits | None = None,
