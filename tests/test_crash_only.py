@@ -270,6 +270,10 @@ async def test_after_kill_9_the_runs_agents_are_marked_interrupted(tmp_path: Pat
     run_dir = next((path.parent / "runs").glob(f"*-{rid}"))
     records = [json.loads(p.read_text()) for p in run_dir.glob("agents/*/agent.json")]
     assert sorted(r["state"] for r in records) == ["done"] * 2 + ["interrupted"] * 4
+    # agentsDone counts the 2 that finished, not the 4 the dead daemon left (issue 25 #10).
+    assert st["agents"]["done"] == 2 and st["agents"]["total"] == 6
+    sealed = json.loads((run_dir / "run.json").read_text())
+    assert sealed["agentsDone"] == 2 and sealed["end"]["agentsDone"] == 2
 
 
 

@@ -200,8 +200,9 @@ class Agents:
                         self._end(live, rec, "failed", error=str(exc))
                     elif stop is not None and is_cancellation(exc):
                         self._end(live, rec, stop[0], error=stop[1])
-                    elif is_cancellation(exc):
-                        self._end(live, rec, "cancelled", error=f"cancelled with the run ({live.stop_reason or 'cancel'})")
+                    elif is_cancellation(exc):       # stopped with its run: it never finished
+                        self._end(live, rec, "cancelled", error=f"cancelled with the run ({live.stop_reason or 'cancel'})",
+                                  finished=False)
                     else:
                         log.exception("agent %s/%d crashed", run.id, t.n)
                         self._end(live, rec, "failed", error=self.sup.redact(f"internal error: {exc!r}"))
@@ -425,10 +426,14 @@ class Agents:
         live.run.spent_estimated = live.run.spent_estimated or estimated
         self.sup.spend_changed(live)
 
-    def _end(self, live: "LiveRun", rec: AgentRecord, state: str, error: str | None = None) -> None:
+    def _end(self, live: "LiveRun", rec: AgentRecord, state: str, error: str | None = None,
+             finished: bool = True) -> None:
+        """`finished`: the agent ended by itself (done, failed, skipped, a decided race), so
+        it counts in agentsDone; one stopped with its run (cancel, shutdown, timeout) does not."""
         rec.error = error
         rec.set_state(state, **({"error": error} if error else {}))
         rec.usage = None
-        live.run.agents_done += 1
+        if finished:
+            live.run.agents_done += 1
         self.sup.agent_changed(live, rec)
 

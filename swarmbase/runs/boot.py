@@ -122,7 +122,8 @@ def _interrupt_agents(sup: "Supervisor", run: Run, chains: Any = None) -> None:
                 if chains is not None:    # now final: sealed like any ended agent's record
                     data = chains.agent_record(rec.n, data, agent_files(d))
                 fsutil.write_json(d / "agent.json", data, durable=False)
-            done += 1
+            else:
+                done += 1                 # it had finished before the daemon died
     phases = sup.store.phases(run)
     for phase in phases:
         for row in phase.get("agents", []):
