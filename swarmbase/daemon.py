@@ -24,7 +24,7 @@ import trio
 from quart import Response, websocket
 from quart_trio import QuartTrio
 
-from .config import Config
+from .config import Config, key_file_problems
 from .engines.claude_agent import ClaudeEngine
 from .engines.codex_agent import CodexEngine
 from .engines.meter import Meter
@@ -239,6 +239,9 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
 async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: RunnerLimits | None,
                         stop: trio.Event | None, task_status: Any) -> None:
     services = build_services(cfg, agents, limits)
+    for name, problem in key_file_problems(cfg):
+        log.error("caller %s: %s; that caller's runs are refused until it is fixed, the others are served",
+                  name, problem)
     interrupted = services.supervisor.recover()
     if interrupted:
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import attrs
 import trio
 
-from ..config import Config
+from ..config import Config, key_file_problem
 from ..engines.base import AgentIO, AgentJob, Engine, LiveUsage
 from ..engines.strict_schema import StrictSchemaError, strict
 from ..engines.verdict import Verdict
@@ -359,6 +359,9 @@ class Agents:
         path = live.caller.apiKeyFile
         if not path:
             raise AgentCallError(f"agent(): caller {live.caller.name!r} has no apiKeyFile; the engine has no key")
+        problem = key_file_problem(path)
+        if problem is not None:
+            raise AgentCallError(f"agent(): {problem}")
         try:
             key = Path(path).read_text().strip()
         except OSError as e:

@@ -22,7 +22,7 @@ import trio
 from .. import fsutil, notices
 from ..audit.rundirs import chains_from_disk, end_files
 from ..audit.seal import RunChains
-from ..config import PROFILES, Caller, Config
+from ..config import PROFILES, Caller, Config, key_file_problem
 from ..events import EventHub
 from ..outbox import Outbox
 from ..runner import RunnerLimits
@@ -266,6 +266,9 @@ class Supervisor:
     def start(self, caller: Caller, params: dict[str, Any], carried: journal_mod.Loaded | None = None) -> Run:
         if not self.accepting or self._nursery is None:
             raise RunRefused("the daemon is shutting down and accepts no new runs")
+        problem = key_file_problem(caller.apiKeyFile)
+        if problem is not None:
+            raise RunRefused(f"this caller's runs are refused: {problem}. Fix the file; no restart is needed")
         # Least privilege unless asked: read (or think, if that is all the caller may use).
         profile = params.get("profile") or PROFILES[min(PROFILES.index("read"), PROFILES.index(caller.maxProfile))]
         if PROFILES.index(profile) > PROFILES.index(caller.maxProfile):
