@@ -11,10 +11,11 @@ run it started (or named by runId) arrives, printing every notice it accepts mea
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Union
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
@@ -35,9 +36,11 @@ def accept_all(params: dict[str, Any]) -> dict[str, Any]:
 
 
 class HostClient:
-    """One host connection. `push_answer(params)` returns {"result": …} or {"error": …}."""
+    """One host connection. `push_answer(params)` returns (or, async, resolves to)
+    {"result": …} or {"error": …}; while it is awaited the connection reads nothing else."""
 
-    def __init__(self, ws: WebSocketConnection, push_answer: Callable[[dict[str, Any]], dict[str, Any]] = accept_all):
+    def __init__(self, ws: WebSocketConnection,
+                 push_answer: Callable[[dict[str, Any]], Union[dict[str, Any], Awaitable[dict[str, Any]]]] = accept_all):
         self.ws = ws
         self.push_answer = push_answer
         self._next = 0
@@ -66,6 +69,8 @@ class HostClient:
         if "method" in msg and "id" in msg:
             if msg["method"] == "push/event":
                 answer = self.push_answer(msg["params"])
+                if inspect.isawaitable(answer):     # a host that takes its time (tests hold answers)
+                    answer = await answer
                 await self.ws.send_message(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}))
                 if "result" in answer and (answer["result"].get("accepted") or answer["result"].get("reason") == "duplicate"):
                     self.notices_send.send_nowait(msg["params"])
