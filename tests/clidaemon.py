@@ -23,9 +23,10 @@ class CliDaemon:
 
 @asynccontextmanager
 async def cli_daemon(cfg_path: Path) -> AsyncIterator[CliDaemon]:
+    startup: list[str] = []
     with trio.fail_after(60):
-        proc, ws = await start_cli_daemon(cfg_path)
-    d = CliDaemon(proc, ws, bytearray())
+        proc, ws = await start_cli_daemon(cfg_path, startup=startup)
+    d = CliDaemon(proc, ws, bytearray("".join(startup).encode()))     # from its first line on
     try:
         async with trio.open_nursery() as n:
             async def drain() -> None:
