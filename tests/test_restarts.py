@@ -151,3 +151,43 @@ async def test_sigterm_restarts_deliver_every_notice_once(tmp_path: Path) -> Non
     assert len(runs) == 2 * len(cycles) + 1                      # the late runs were never created
     print(f"\nnotices delivered per run over {len(cycles)} SIGTERM restarts: "
           f"{sorted(Counter(host.pushes.values()).items())} (count, runs)")
+
+
+@pytest.mark.timeout(180)
+async def test_a_torn_or_damaged_outbox_line_loses_no_notice_and_repeats_none(tmp_path: Path) -> None:
+    # Issue 25 #3: the notices of two completed runs wait for an offline host; one's line in
+    # outbox.jsonl is damaged, the other's (the last) torn. The next boot queues both again
+    # from their run records, and an acknowledged run is not notified again.
+    state = tmp_path / "state"
+    path, tokens = write_config(state, callers=["alice"])
+    host = AckingHost()
+    with trio.fail_after(150):
+        async with cli_daemon(path) as d:
+            async with connect(d.ws, tokens["alice"], push_answer=host.answer) as h:
+                await h.handshake()
+                told = await run_id_of(h, "return 'told'")
+                await h.wait_notice(f"{told}:end")
+            async with connect(d.ws, tokens["alice"], push_answer=host.answer) as h:
+                await h.handshake(grant=False)              # offline for notices: they wait
+                waiting = [await run_id_of(h, f"return 'waiting {i}'") for i in range(2)]
+                for rid in waiting:
+                    while status_of(state, rid) != "completed":
+                        await trio.sleep(0.02)
+        log_path = state / "outbox.jsonl"
+        lines = log_path.read_bytes().split(b"\n")
+        [damaged] = [i for i, ln in enumerate(lines) if waiting[0].encode() in ln]
+        [torn] = [i for i, ln in enumerate(lines) if waiting[1].encode() in ln]
+        assert torn == len(lines) - 2                       # the last line (then the final newline)
+        lines[damaged] = b"\x00\xff not a line"
+        log_path.write_bytes(b"\n".join(lines[:torn]) + b"\n" + lines[torn][:len(lines[torn]) // 2])
+        async with cli_daemon(path) as d:
+            assert f"queued the end notice of 2 run(s) again" in d.stderr.decode()
+            async with connect(d.ws, tokens["alice"], push_answer=host.answer) as h:
+                await h.handshake()
+                for rid, i in zip(waiting, range(2)):
+                    again = await h.wait_notice(f"{rid}:end")
+                    assert "swarmbase:completed" in again["tags"]
+                    assert f'Result: "waiting {i}"' in again["payload"]["content"][0]["text"]
+                barrier = await run_id_of(h, "return 'barrier'")
+                await h.wait_notice(f"{barrier}:end")
+    assert host.pushes == Counter({f"{r}:end": 1 for r in [told, *waiting, barrier]})

@@ -55,16 +55,36 @@ def recover(sup: "Supervisor") -> list[Run]:
         for child in homes.iterdir():
             shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
     interrupted = []
+    renotified = []
     for run in sup.store.load_all(lambda path, fault: report_damage(sup, path, fault)):
         sup.runs[run.id] = run
         if run.active:
             _interrupt(sup, run)
             if run.status == "interrupted":
                 interrupted.append(run)
+        elif sup.outbox.lost_at_load(notices.event_id(run.id), run.notice_ref):
+            _notify_again(sup, run)
+            renotified.append(run.id)
         if not sup.keeps_work(run):
             sup.store.delete_work(run)
+    sup.outbox.boot_done()
+    if renotified:
+        log.warning("queued the end notice of %d run(s) again: outbox.jsonl had lost it (a torn or damaged "
+                    "line): %s", len(renotified), ", ".join(renotified[:20]) + (" …" if len(renotified) > 20 else ""))
     _link_resumes(sup)
     return interrupted
+
+
+def _notify_again(sup: "Supervisor", run: Run) -> None:
+    """An ended run whose queued end notice the outbox log lost: the caller was never
+    told, so the notice is built again from the record (same eventId, same text)."""
+    preview = None
+    if run.status == "completed":
+        try:
+            preview = sup.store.result_text(run)
+        except DamagedFile:
+            preview = None
+    sup.outbox.add(run.caller, notices.build(run, preview, url=sup.run_url(run.id)))
 
 
 def _interrupt(sup: "Supervisor", run: Run) -> None:
@@ -79,6 +99,7 @@ def _interrupt(sup: "Supervisor", run: Run) -> None:
     chains = chains_from_disk(d, run.link) if run.link is not None else None
     if ended is not None:
         run.set_status(ended, now, reason="recorded at boot from its queued end notice")
+        run.notice_ref = sup.outbox.ref(notices.event_id(run.id))
         try:
             if chains is not None:            # seal it as it is on disk
                 run.end = chains.end_record(run.to_json(), end_files(d))
@@ -92,6 +113,9 @@ def _interrupt(sup: "Supervisor", run: Run) -> None:
         _interrupt_agents(sup, run, chains)
     except (DamagedFile, OSError) as e:
         log.warning("run %s: could not mark its agents interrupted: %s", run.id, e)
+    # The notice first, as a run's end is always recorded: a crash before the record is
+    # saved leaves a queued notice, from which the next boot completes the record.
+    run.notice_ref = sup.outbox.add(run.caller, notices.build(run, None, url=sup.run_url(run.id)))
     try:
         sup.store.append_log(run, f"run interrupted: {INTERRUPTED}", "error", chains)
         if chains is not None:            # seal what the dead daemon left, as it is on disk
@@ -99,7 +123,6 @@ def _interrupt(sup: "Supervisor", run: Run) -> None:
         sup.store.save(run)
     except OSError as e:
         log.error("run %s: could not record the interruption: %s", run.id, e)
-    sup.outbox.add(run.caller, notices.build(run, None, url=sup.run_url(run.id)))
 
 
 def _interrupt_agents(sup: "Supervisor", run: Run, chains: Any = None) -> None:

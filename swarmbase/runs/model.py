@@ -6,6 +6,7 @@ import errno
 import json
 import re
 import secrets
+import sys
 import time
 from typing import Any, Optional
 
@@ -63,6 +64,24 @@ def _unpacked(value: Any) -> Any:
     return json.loads(value) if value is not None else None
 
 
+def _ref(v: Any) -> Optional[tuple[str, int]]:
+    """A notice's place in the outbox log, from add()'s dict, a tuple, or run.json."""
+    if isinstance(v, dict):
+        v = (v.get("log"), v.get("seq"))
+    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], int) \
+            and not isinstance(v[1], bool):
+        return (sys.intern(v[0]), v[1])      # one log id string shared by every run
+    return None
+
+
+def first_line(script: str, limit: int = 80) -> str | None:
+    for line in script.splitlines():
+        line = line.strip()
+        if line and not line.startswith("//"):
+            return line[:limit]
+    return None
+
+
 @attrs.define
 class Run:
     id: str
@@ -93,6 +112,9 @@ class Run:
     timeout_ms: Optional[int] = None
     budget_warn_at: Optional[float] = None
     script_line: Optional[str] = None     # the script's first non-empty line (a label of last resort)
+    # Where its end notice went in the outbox log, (log id, seq) from Outbox.add: lets boot
+    # queue again a notice that a torn outbox line lost (Outbox.lost_at_load).
+    notice_ref: Optional[tuple[str, int]] = attrs.field(default=None, converter=_ref)
     # The hash-chain link (swarmbase.audit.chain.run_link, set at start) and the sealed end
     # record (set once when the run ends): compact JSON text, then left in run.json once the
     # run has ended (stow_end). As nested dicts they were most of what a finished run cost
@@ -177,6 +199,7 @@ class Run:
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
             "resumedAs": self.resumed_as, "timeoutMs": self.timeout_ms, "budgetWarnAt": self.budget_warn_at,
             "scriptLine": self.script_line, "link": self.link, "end": self.end,
+            "notice": {"log": self.notice_ref[0], "seq": self.notice_ref[1]} if self.notice_ref else None,
         }
 
     @classmethod
@@ -212,7 +235,7 @@ class Run:
             resumed_from=_str(d.get("resumedFrom")), resumed_as=_str(d.get("resumedAs")),
             timeout_ms=d.get("timeoutMs") if isinstance(d.get("timeoutMs"), int) else None,
             budget_warn_at=num("budgetWarnAt") if d.get("budgetWarnAt") is not None else None,
-            script_line=_str(d.get("scriptLine")),
+            script_line=_str(d.get("scriptLine")), notice_ref=d.get("notice"),
             link=d.get("link") if isinstance(d.get("link"), dict) else None,
             end=d.get("end") if isinstance(d.get("end"), dict) else None,
         )
@@ -234,10 +257,3 @@ class Run:
 def _str(v: Any) -> Optional[str]:
     return v if isinstance(v, str) else None
 
-
-def first_line(script: str, limit: int = 80) -> str | None:
-    for line in script.splitlines():
-        line = line.strip()
-        if line and not line.startswith("//"):
-            return line[:limit]
-    return None

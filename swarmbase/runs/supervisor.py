@@ -401,7 +401,9 @@ class Supervisor:
         # a crash in between leaves the notice, from which the next boot completes the record
         # (boot.py); the other order could lose the notice for good.
         notice = notices.build(run, preview, url=self.run_url(run.id))
-        self.outbox.add(run.caller, notice, hold=True)
+        # Its place in the outbox log goes into run.json: a torn outbox line then cannot
+        # lose it (boot queues it again).
+        run.notice_ref = self.outbox.add(run.caller, notice, hold=True) or self.outbox.ref(notice["eventId"])
         try:
             await flush.write(self, live, final=True)
             run.stow_end(self.store.dir(run) / "run.json")
