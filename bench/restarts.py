@@ -19,9 +19,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import common  # noqa: F401  (puts the repository and tests/ on sys.path)
 import trio
 
-import common  # noqa: F401  (puts the repository and tests/ on sys.path)
 from tests.test_restarts import run_dir, sigterm_cycles
 
 

@@ -15,7 +15,7 @@ import inspect
 import json
 import sys
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Union
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
@@ -48,7 +48,7 @@ class HostClient:
     {"result": …} or {"error": …}; while it is awaited the connection reads nothing else."""
 
     def __init__(self, ws: WebSocketConnection,
-                 push_answer: Callable[[dict[str, Any]], Union[dict[str, Any], Awaitable[dict[str, Any]]]] = accept_all):
+                 push_answer: Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]] = accept_all):
         self.ws = ws
         self.push_answer = push_answer
         self._next = 0

@@ -19,9 +19,7 @@ import trio
 
 from swarmbase.client import connect
 
-from .clidaemon import cli_daemon
-from .conftest import write_config
-from .fakes import fake_claude
+from .clidaemon import cli_daemon, fake_cli_config
 from .test_client import free_port
 
 
@@ -45,21 +43,9 @@ def whole_response(data: bytes) -> tuple[int, bytes]:
 
 @pytest.mark.timeout(180)
 async def test_bad_key_file_closing_clients_and_a_dead_daemon_under_wait(tmp_path: Path) -> None:
-    (tmp_path / "bin").mkdir()
-    cli = fake_claude.install(tmp_path / "bin")
-    state = tmp_path / "state"
-    state.mkdir()
-    keys = {name: state / f"{name}.key" for name in ("alice", "bob", "carol")}
-    for name, mode in (("alice", 0o644), ("bob", 0o600)):
-        keys[name].write_text(f"sk-{name}-key-0000000000")
-        keys[name].chmod(mode)
     port = free_port()
-    path, tokens = write_config(state, callers=["alice", "bob", "carol"], engines={"claude": {"bin": str(cli)}},
-                                port=port)
-    cfg = json.loads(path.read_text())
-    for c in cfg["callers"]:
-        c["apiKeyFile"] = str(keys[c["name"]])      # carol's does not exist
-    path.write_text(json.dumps(cfg))
+    path, tokens = fake_cli_config(tmp_path, ("alice", "bob", "carol"), {"alice": 0o644, "carol": None}, port=port)
+    keys = {name: path.parent / f"{name}.key" for name in ("alice", "bob", "carol")}
 
     with trio.fail_after(150):
         async with cli_daemon(path) as d:
@@ -111,5 +97,5 @@ async def test_bad_key_file_closing_clients_and_a_dead_daemon_under_wait(tmp_pat
                 err += chunk
             assert await client.wait() == 1
     lines = err.decode().strip().splitlines()
-    assert lines == [f"swarmbase.client: lost the connection to the daemon (close code 1006, abnormal closure) "
-                     f"while waiting for {waited}; its end notice stays queued for this caller"], err.decode()
+    assert lines == [(f"swarmbase.client: lost the connection to the daemon (close code 1006, abnormal closure) "
+                      f"while waiting for {waited}; its end notice stays queued for this caller")], err.decode()

@@ -20,9 +20,8 @@ import trio
 
 from swarmbase.client import HostClient, connect
 
-from .clidaemon import CliDaemon, cli_daemon
+from .clidaemon import CliDaemon, cli_daemon, fake_cli_config
 from .conftest import write_config
-from .fakes import fake_claude
 
 LONG_RUN = ("return await parallel([() => agent('noop'), () => agent('noop'), "
             "() => agent('sleep:120'), () => agent('sleep:120')])")
@@ -109,15 +108,8 @@ async def one_cycle(d: CliDaemon, token: str, host: AckingHost, state: Path) -> 
 async def sigterm_cycles(tmp_path: Path, cycles: int) -> tuple[list[Cycle], AckingHost, Path, str]:
     """`cycles` SIGTERM restarts, then a last start whose run is a barrier: a caller's
     notices go out in order, so once its notice arrived nothing older is pending."""
-    (tmp_path / "bin").mkdir()
-    cli = fake_claude.install(tmp_path / "bin")
-    state = tmp_path / "state"
-    state.mkdir()
-    key = state / "alice.key"
-    key.write_text("sk-restart-key-0001")
-    key.chmod(0o600)
-    path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": str(cli)}},
-                                caller_extra={"apiKeyFile": str(key)}, perRunConcurrency=4)
+    path, tokens = fake_cli_config(tmp_path, perRunConcurrency=4)
+    state = path.parent
     host = AckingHost()
     done: list[Cycle] = []
     for _ in range(cycles):
@@ -181,7 +173,7 @@ async def test_a_torn_or_damaged_outbox_line_loses_no_notice_and_repeats_none(tm
         lines[damaged] = b"\x00\xff not a line"
         log_path.write_bytes(b"\n".join(lines[:torn]) + b"\n" + lines[torn][:len(lines[torn]) // 2])
         async with cli_daemon(path) as d:
-            assert f"queued the end notice of 2 run(s) again" in d.stderr.decode()
+            assert "queued the end notice of 2 run(s) again" in d.stderr.decode()
             async with connect(d.ws, tokens["alice"], push_answer=host.answer) as h:
                 await h.handshake()
                 for rid, i in zip(waiting, range(2)):
