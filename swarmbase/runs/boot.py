@@ -21,7 +21,7 @@ from ..audit.rundirs import agent_files, chains_from_disk, end_files
 from ..procs import reap_recorded_groups
 from .model import TERMINAL, Run
 from .records import ENDED, AgentRecord
-from .store import DamagedFile, quarantine
+from .store import DamagedFile
 
 if TYPE_CHECKING:
     from .supervisor import Supervisor
@@ -32,14 +32,7 @@ INTERRUPTED = "the daemon stopped while the run was in flight"
 
 
 def report_damage(sup: "Supervisor", path: Path, fault: str) -> None:
-    try:
-        moved = quarantine(path)
-    except OSError as e:
-        moved = path
-        fault = f"{fault}; could not rename it: {e.strerror}"
-    entry = {"path": str(moved), "fault": fault, "at": time.time()}
-    sup.damaged.append(entry)
-    log.warning("quarantined %s: %s (moved to %s)", path, fault, moved.name)
+    sup.store.report_damage(path, fault)
 
 
 def recover(sup: "Supervisor") -> list[Run]:

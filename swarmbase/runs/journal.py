@@ -72,8 +72,11 @@ class Loaded:
     torn: int
 
 
-def header(run_id: str, args_digest: str) -> dict[str, Any]:
-    return {"schema": SCHEMA, "v": VERSION, "runId": run_id, "args": args_digest}
+def header(run_id: str, args_digest: str, caller: str | None = None) -> dict[str, Any]:
+    """The first line. `caller` names the run's owner beside run.json, so a run whose
+    run.json is damaged can still be rebuilt for its caller (runs/rebuild.py)."""
+    head = {"schema": SCHEMA, "v": VERSION, "runId": run_id, "args": args_digest}
+    return {**head, "caller": caller} if caller else head
 
 
 def load(path: Path) -> Loaded:
@@ -98,10 +101,10 @@ class Journal:
     """Appends (fsync'd) to runs/<dir>/journal.jsonl."""
 
     def __init__(self, path: Path, run_id: str, args_digest: str, carried: list[dict[str, Any]] | None = None,
-                 chain: Any = None) -> None:
+                 chain: Any = None, caller: str | None = None) -> None:
         self.path = path
         self.chain = chain            # a swarmbase.audit.chain.ChainWriter, or None (unchained)
-        self._write(header(run_id, args_digest))
+        self._write(header(run_id, args_digest, caller))
         # Carry the old journal's successes forward so a resume of a resume replays them too
         # (sealed again in this run's chain: their old prev/hash are replaced).
         for e in carried or []:

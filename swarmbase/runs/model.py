@@ -115,6 +115,9 @@ class Run:
     # Where its end notice went in the outbox log, (log id, seq) from Outbox.add: lets boot
     # queue again a notice that a torn outbox line lost (Outbox.lost_at_load).
     notice_ref: Optional[tuple[str, int]] = attrs.field(default=None, converter=_ref)
+    # Set when run.json was damaged and this record rebuilt from the run's other files
+    # (runs/rebuild.py): {at, fault, damagedCopy, lost: [run.json keys not recovered]}.
+    rebuilt: Optional[dict[str, Any]] = None
     # The hash-chain link (swarmbase.audit.chain.run_link, set at start) and the sealed end
     # record (set once when the run ends): compact JSON text, then left in run.json once the
     # run has ended (stow_end). As nested dicts they were most of what a finished run cost
@@ -200,6 +203,7 @@ class Run:
             "resumedAs": self.resumed_as, "timeoutMs": self.timeout_ms, "budgetWarnAt": self.budget_warn_at,
             "scriptLine": self.script_line, "link": self.link, "end": self.end,
             "notice": {"log": self.notice_ref[0], "seq": self.notice_ref[1]} if self.notice_ref else None,
+            **({"rebuilt": self.rebuilt} if self.rebuilt else {}),
         }
 
     @classmethod
@@ -236,6 +240,7 @@ class Run:
             timeout_ms=d.get("timeoutMs") if isinstance(d.get("timeoutMs"), int) else None,
             budget_warn_at=num("budgetWarnAt") if d.get("budgetWarnAt") is not None else None,
             script_line=_str(d.get("scriptLine")), notice_ref=d.get("notice"),
+            rebuilt=d.get("rebuilt") if isinstance(d.get("rebuilt"), dict) else None,
             link=d.get("link") if isinstance(d.get("link"), dict) else None,
             end=d.get("end") if isinstance(d.get("end"), dict) else None,
         )
@@ -251,7 +256,16 @@ class Run:
             "agents": {"done": self.agents_done, "total": self.agents_total},
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
             "resumedAs": self.resumed_as,
+            **({"rebuilt": rebuilt_note(self.rebuilt)} if self.rebuilt else {}),
         }
+
+
+def rebuilt_note(rebuilt: dict[str, Any]) -> str:
+    """What a caller reads about a run whose record was rebuilt from damage."""
+    lost = [k for k in rebuilt.get("lost") or [] if isinstance(k, str)]
+    return ("its record (run.json) was damaged and was rebuilt from the run's journal, agents, log and result"
+            + (f"; not recovered: {', '.join(lost)}" if lost else "")
+            + (f"; the damaged file is kept as {rebuilt['damagedCopy']}" if rebuilt.get("damagedCopy") else ""))
 
 
 def _str(v: Any) -> Optional[str]:

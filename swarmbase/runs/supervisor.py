@@ -74,7 +74,7 @@ class Supervisor:
         self.accepting = True
         self.events = EventHub()
         self.redact = Redactor()
-        self.damaged: list[dict[str, Any]] = []
+        self.damaged = store.damaged        # what boot (and reads since) found damaged
         self.observers: list[Any] = []
         # Links handed to callers: publicUrl when configured; the daemon replaces the
         # default with its bound loopback URL once it listens.
@@ -311,7 +311,7 @@ class Supervisor:
             live = LiveRun(run=run, caller=caller, slots=RunSlots(self.cfg.perRunConcurrency), chains=chains)
             carry = list({e["key"]: e for e in carried.lines if e.get("ok")}.values()) if carried else []
             live.journal = Journal(self.store.dir(run) / "journal.jsonl", run.id, live.args_digest, carry,
-                                   chain=chains.journal)
+                                   chain=chains.journal, caller=caller.name)
         except OSError as e:
             fault = fsutil.disk_fault(e)
             if fault is not None:
@@ -432,11 +432,17 @@ class Supervisor:
             raise RunRefused(f"cannot resume {old.id}: {e}") from None
         except DamagedFile as e:
             raise RunRefused(f"cannot resume {old.id}: {e}") from None
+        # A record rebuilt from damage lacks what only run.json held: those fall back to the
+        # caller's defaults, and lost args are asked for rather than guessed (keys hash them).
+        lost = set(old.rebuilt.get("lost") or []) if old.rebuilt else set()
+        if "args" in lost and "args" not in params:
+            raise RunRefused(f"cannot resume {old.id}: its record was rebuilt from a damaged run.json and its "
+                             f"args were not recovered; call resume again with args")
         new_params = {"script": script, "args": params["args"] if "args" in params else old.args,
                       "label": old.label, "model": old.model, "effort": old.effort, "profile": old.profile,
                       "budgetUsd": old.budget_usd, "budgetTokens": old.budget_tokens, "keepWork": old.keep_work,
                       "resumedFrom": old.id, "timeoutMs": old.timeout_ms, "budgetWarnAt": old.budget_warn_at}
-        new_params = {k: v for k, v in new_params.items() if v is not None or k == "args"}
+        new_params = {k: v for k, v in new_params.items() if (v is not None or k == "args") and k not in lost - {"args"}}
         new = self.start(caller, new_params, carried=loaded)
         old.resumed_as = new.id
         try:
