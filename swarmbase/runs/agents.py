@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import attrs
 import trio
 
+from .. import fsutil
 from ..config import Config, key_file_problem
 from ..engines.base import AgentIO, AgentJob, Engine, LiveUsage
 from ..engines.strict_schema import StrictSchemaError, strict
@@ -348,6 +349,11 @@ class Agents:
             # viewer and every other agent for its duration.
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(transcript.close)
+            if transcript.fault is not None:
+                why = fsutil.describe_disk_fault(transcript.fault, self.cfg.state_dir)
+                log.error("agent %s/%d: its transcript stops after %d lines: %s", run.id, rec.n, transcript.lines, why)
+                rec.history.append({"state": rec.state, "at": iso(time.time()),
+                                    "transcriptIncomplete": f"after {transcript.lines} lines: {why}"})
         rec.priced = usage.priced
         if deadline.cancelled_caught:
             return Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=answers.killed_cost(usage),

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 import trio
 
 from .. import fsutil, notices
-from ..audit.rundirs import chains_from_disk, end_files
 from ..audit.seal import RunChains
 from ..config import PROFILES, Caller, Config, key_file_problem
 from ..events import EventHub
@@ -79,7 +78,12 @@ class Supervisor:
         # Links handed to callers: publicUrl when configured; the daemon replaces the
         # default with its bound loopback URL once it listens.
         self.public_base = cfg.publicUrl.rstrip("/") if cfg.publicUrl else f"http://127.0.0.1:{cfg.port}"
-        self.unsaved: dict[str, Run] = {}      # ended runs whose record could not be written yet
+        # Ended runs whose final records a full disk refused, with all they still have to
+        # write (agent records, phases, log lines, the sealed run.json); status reads them.
+        self.unsaved: dict[str, LiveRun] = {}
+        # Runs holding paid agent results a full disk kept out of their journal (in memory,
+        # written by the resave loop, by resume, or at the latest at shutdown).
+        self.unjournaled: dict[str, Journal] = {}
         self._nursery: trio.Nursery | None = None
         # Warm spare runners (single-use; see spares.py), when runners start through the launcher.
         self.spares: SpareRunners | None = None
@@ -119,18 +123,25 @@ class Supervisor:
         log.info("resumed interrupted run %s as %s", run.id, new.id)
 
     async def _resave_loop(self) -> None:
-        """Ended runs whose record hit a full disk are saved again once space returns."""
+        """Journal lines and ended runs' records that hit a full disk are written once
+        space returns (journals first: a run is sealed only over its whole journal)."""
         while True:
             await trio.sleep(RESAVE_INTERVAL_S)
-            for run_id, run in list(self.unsaved.items()):
+            for run_id in list(self.unjournaled):
+                live = self.live.get(run_id)
+                if live is not None:
+                    async with live.journal_lock:
+                        await self._journal_again(run_id)
+                else:
+                    await self._journal_again(run_id)
+            for run_id, live in list(self.unsaved.items()):
+                if run_id in self.unjournaled:
+                    continue
                 try:
-                    if not run.sealed and run.link is not None:     # its final flush failed: seal what is on disk
-                        d = self.store.dir(run)
-                        chains = await trio.to_thread.run_sync(chains_from_disk, d, run.link)
-                        run.end = chains.end_record(run.to_json(), await trio.to_thread.run_sync(end_files, d))
-                    await trio.to_thread.run_sync(self.store.save, run)
+                    await flush.write(self, live, final=True)
                 except OSError:
                     continue
+                live.run.stow_end(self.store.dir(live.run) / "run.json")
                 del self.unsaved[run_id]
                 log.info("run %s: its record was saved after an earlier disk fault", run_id)
 
@@ -151,12 +162,12 @@ class Supervisor:
 
     def phases(self, run: Run) -> list[dict[str, Any]]:
         """Raises DamagedFile for an ended run whose phases.json cannot be read."""
-        live = self.live.get(run.id)
+        live = self.live.get(run.id) or self.unsaved.get(run.id)
         return live.phases_view() if live else self.store.phases(run)
 
     def recent_log(self, run: Run, n: int = 20) -> list[dict[str, Any]]:
         lines = self.store.recent_log(run, n)
-        live = self.live.get(run.id)
+        live = self.live.get(run.id) or self.unsaved.get(run.id)
         if live is not None and live.writes.log:
             lines = (lines + list(live.writes.log))[-n:]
         return lines
@@ -257,10 +268,32 @@ class Supervisor:
         self.events.publish(run.id, "log", entry)
 
     async def journal_append(self, live: LiveRun, entry: dict[str, Any]) -> None:
-        """A finished agent's journal line, fsync'd off the event loop before agent() answers."""
+        """A finished agent's journal line, fsync'd off the event loop before agent() answers.
+        A full disk keeps it in memory (the agent's paid result is not lost: it is written
+        when space returns, and resume waits for it) and the answer goes to the script."""
         assert live.journal is not None
         async with live.journal_lock:
-            await trio.to_thread.run_sync(live.journal.append, entry)
+            try:
+                await trio.to_thread.run_sync(live.journal.append, entry)
+            except OSError as e:
+                fault = fsutil.disk_fault(e)
+                if fault is None:
+                    raise
+                if live.run.id not in self.unjournaled:
+                    log.error("run %s: %s; its finished agents' results are kept in memory and journaled when "
+                              "space returns", live.run.id, fsutil.describe_disk_fault(fault, self.cfg.state_dir))
+                self.unjournaled[live.run.id] = live.journal
+
+    async def _journal_again(self, run_id: str) -> bool:
+        journal = self.unjournaled[run_id]
+        n = len(journal.pending)
+        try:
+            await trio.to_thread.run_sync(journal.flush)
+        except OSError:
+            return False
+        del self.unjournaled[run_id]
+        log.info("run %s: %d agent result(s) journaled after a disk fault", run_id, n)
+        return True
 
     # -- start ------------------------------------------------------------
     def start(self, caller: Caller, params: dict[str, Any], carried: journal_mod.Loaded | None = None) -> Run:
@@ -405,11 +438,13 @@ class Supervisor:
         # lose it (boot queues it again).
         run.notice_ref = self.outbox.add(run.caller, notice, hold=True) or self.outbox.ref(notice["eventId"])
         try:
+            if run.id in self.unjournaled and not await self._journal_again(run.id):
+                raise OSError("its journal could not be written yet")     # sealed once it is
             await flush.write(self, live, final=True)
             run.stow_end(self.store.dir(run) / "run.json")
         except OSError as e:
             log.error("run %s: its end could not be written (%s); kept in memory, retried", run.id, e)
-            self.unsaved[run.id] = run
+            self.unsaved[run.id] = live
         self.outbox.release(notice["eventId"])
         if not self.keeps_work(run):
             self.store.delete_work(run)
@@ -425,6 +460,15 @@ class Supervisor:
         old = self.get(caller.name, run_id)
         if old.active:
             raise RunRefused(f"run {old.id} is still {old.status}; cancel it or let it end before resuming")
+        if old.id in self.unjournaled:           # its paid results first, or they would run again
+            journal = self.unjournaled[old.id]
+            try:
+                journal.flush()
+            except OSError as e:
+                raise RunRefused(f"cannot resume {old.id}: {len(journal.pending)} of its agent results are not "
+                                 f"journaled yet ({fsutil.describe_disk_fault(e, self.cfg.state_dir)}); "
+                                 f"retry once the disk has space") from None
+            del self.unjournaled[old.id]
         try:
             loaded = journal_mod.load(self.store.dir(old) / "journal.jsonl")
             script = self.store.script(old)
@@ -483,3 +527,8 @@ class Supervisor:
             live.scope.cancel()
         for live in pending:
             await live.finished.wait()
+        for run_id in list(self.unjournaled):    # the last chance for results a full disk kept back
+            if not await self._journal_again(run_id):
+                log.error("run %s: %d paid agent result(s) could not be journaled (the disk still refuses) and "
+                          "are lost with this daemon; a resume runs them again", run_id,
+                          len(self.unjournaled[run_id].pending))
