@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from swarmbase import fsutil
 from swarmbase.client import connect
+from swarmbase.runs import journal as journal_mod
+from swarmbase.runs.deferred import Deferred
+from swarmbase.runs.journal import Journal, args_hash
 
 from .clidaemon import cli_daemon
 from .conftest import write_config
@@ -88,13 +92,15 @@ async def test_a_full_disk_after_the_paid_replies_loses_no_result(small_disk: Pa
                 value = json.loads((await h.tool("result", {"runId": again, "limit": 200_000}))["structuredContent"]
                                    ["text"])
                 run_dir = next((state / "runs").glob(f"*-{rid}"))
-                while json.loads((run_dir / "run.json").read_text())["status"] != "failed":
-                    await trio.sleep(0.2)                     # the resave loop writes the record too
+                while not json.loads((run_dir / "run.json").read_text()).get("end"):
+                    await trio.sleep(0.2)                     # the resave loop writes the sealed record too
         err = d.stderr.decode()
     print(f"\npaid agent results lost to ENOSPC: {new_requests} of 2 (API requests made by the resume)")
     assert new_requests == 0
     assert len(rows) == 2 and all(a["replayed"] for a in rows)
     assert value == [REPLY, REPLY]
+    sealed = json.loads((run_dir / "run.json").read_text())
+    assert (sealed["status"], sealed["resumedAs"]) == ("failed", again)
     ok = [e for e in map(json.loads, (run_dir / "journal.jsonl").read_text().splitlines()[1:]) if e.get("ok")]
     assert [e["result"] for e in ok] == [REPLY, REPLY]
     assert f"run {rid}: the disk is full" in err and "journaled when space returns" in err
@@ -102,3 +108,28 @@ async def test_a_full_disk_after_the_paid_replies_loses_no_result(small_disk: Pa
     # Written late, its records still verify: journal, log and agents sealed under one end record.
     code, text = audit(state, rid)
     assert code == 0 and "every chain is intact" in text, text
+
+
+async def test_waiting_journal_lines_are_written_in_order_or_reported_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    journal = Journal(tmp_path / "journal.jsonl", "run_0123456789ab", args_hash(None), caller="alice")
+    real = fsutil.append_bytes
+    full = OSError(errno.ENOSPC, "No space left on device")
+
+    def refuse(path: Path, data: bytes, durable: bool = True) -> None:
+        real(path, data[: len(data) // 2], durable)      # a short write, then the disk is full
+        raise full
+    deferred = Deferred(tmp_path)
+    monkeypatch.setattr(fsutil, "append_bytes", refuse)
+    for i in range(3):
+        with pytest.raises(OSError):
+            journal.append({"key": f"k{i}", "ok": True, "result": i})
+        deferred.journal_refused("run_0123456789ab", journal, full)
+    assert len(journal.pending) == 3 and caplog.text.count("kept in memory") == 1
+    assert deferred.journal_now("run_0123456789ab") == "3 of its agent results are not journaled yet (the disk is full)"
+    await deferred.last_chance(lambda live: trio.sleep(0))
+    assert "3 paid agent result(s) could not be journaled" in caplog.text
+    monkeypatch.setattr(fsutil, "append_bytes", real)
+    assert await deferred.write_journal("run_0123456789ab") and deferred.journals == {}
+    loaded = journal_mod.load(tmp_path / "journal.jsonl")
+    assert loaded.torn == 0 and [e["result"] for e in loaded.lines] == [0, 1, 2]    # no half line, in order

@@ -26,8 +26,10 @@ from ..events import EventHub
 from ..outbox import Outbox
 from ..runner import RunnerLimits
 from . import boot, flush
+from . import deferred as deferred_mod
 from . import journal as journal_mod
 from .agent_opts import EFFORTS  # noqa: F401  (re-exported for the tool schemas)
+from .deferred import Deferred
 from .journal import Journal
 from .live import LiveRun
 from .model import Run, first_line, iso, new_run_id
@@ -39,7 +41,6 @@ from .store import DamagedFile, RunStore
 
 log = logging.getLogger("swarmbase.supervisor")
 
-RESAVE_INTERVAL_S = 5.0
 
 
 class RunRefused(Exception):
@@ -78,12 +79,10 @@ class Supervisor:
         # Links handed to callers: publicUrl when configured; the daemon replaces the
         # default with its bound loopback URL once it listens.
         self.public_base = cfg.publicUrl.rstrip("/") if cfg.publicUrl else f"http://127.0.0.1:{cfg.port}"
-        # Ended runs whose final records a full disk refused, with all they still have to
-        # write (agent records, phases, log lines, the sealed run.json); status reads them.
-        self.unsaved: dict[str, LiveRun] = {}
-        # Runs holding paid agent results a full disk kept out of their journal (in memory,
-        # written by the resave loop, by resume, or at the latest at shutdown).
-        self.unjournaled: dict[str, Journal] = {}
+        # What a full disk kept in memory: journal lines (paid results) and ended runs'
+        # final records; `unsaved` (run id -> LiveRun) is also what status reads for them.
+        self.deferred = Deferred(cfg.state_dir)
+        self.unsaved = self.deferred.runs
         self._nursery: trio.Nursery | None = None
         # Warm spare runners (single-use; see spares.py), when runners start through the launcher.
         self.spares: SpareRunners | None = None
@@ -124,26 +123,18 @@ class Supervisor:
 
     async def _resave_loop(self) -> None:
         """Journal lines and ended runs' records that hit a full disk are written once
-        space returns (journals first: a run is sealed only over its whole journal)."""
+        space returns."""
+        def journal_lock(run_id: str) -> trio.Lock | None:
+            live = self.live.get(run_id)
+            return live.journal_lock if live is not None else None
         while True:
-            await trio.sleep(RESAVE_INTERVAL_S)
-            for run_id in list(self.unjournaled):
-                live = self.live.get(run_id)
-                if live is not None:
-                    async with live.journal_lock:
-                        await self._journal_again(run_id)
-                else:
-                    await self._journal_again(run_id)
-            for run_id, live in list(self.unsaved.items()):
-                if run_id in self.unjournaled:
-                    continue
-                try:
-                    await flush.write(self, live, final=True)
-                except OSError:
-                    continue
-                live.run.stow_end(self.store.dir(live.run) / "run.json")
-                del self.unsaved[run_id]
-                log.info("run %s: its record was saved after an earlier disk fault", run_id)
+            await trio.sleep(deferred_mod.RETRY_S)
+            await self.deferred.retry(journal_lock, self._final_write)
+
+    async def _final_write(self, live: LiveRun) -> None:
+        """An ended run's records, sealed (raises OSError, keeping them, on a disk fault)."""
+        await flush.write(self, live, final=True)
+        live.run.stow_end(self.store.dir(live.run) / "run.json")
 
     # -- queries ----------------------------------------------------------
     def run_url(self, run_id: str) -> str:
@@ -279,21 +270,7 @@ class Supervisor:
                 fault = fsutil.disk_fault(e)
                 if fault is None:
                     raise
-                if live.run.id not in self.unjournaled:
-                    log.error("run %s: %s; its finished agents' results are kept in memory and journaled when "
-                              "space returns", live.run.id, fsutil.describe_disk_fault(fault, self.cfg.state_dir))
-                self.unjournaled[live.run.id] = live.journal
-
-    async def _journal_again(self, run_id: str) -> bool:
-        journal = self.unjournaled[run_id]
-        n = len(journal.pending)
-        try:
-            await trio.to_thread.run_sync(journal.flush)
-        except OSError:
-            return False
-        del self.unjournaled[run_id]
-        log.info("run %s: %d agent result(s) journaled after a disk fault", run_id, n)
-        return True
+                self.deferred.journal_refused(live.run.id, live.journal, fault)
 
     # -- start ------------------------------------------------------------
     def start(self, caller: Caller, params: dict[str, Any], carried: journal_mod.Loaded | None = None) -> Run:
@@ -438,10 +415,9 @@ class Supervisor:
         # lose it (boot queues it again).
         run.notice_ref = self.outbox.add(run.caller, notice, hold=True) or self.outbox.ref(notice["eventId"])
         try:
-            if run.id in self.unjournaled and not await self._journal_again(run.id):
+            if not await self.deferred.write_journal(run.id):
                 raise OSError("its journal could not be written yet")     # sealed once it is
-            await flush.write(self, live, final=True)
-            run.stow_end(self.store.dir(run) / "run.json")
+            await self._final_write(live)
         except OSError as e:
             log.error("run %s: its end could not be written (%s); kept in memory, retried", run.id, e)
             self.unsaved[run.id] = live
@@ -460,15 +436,9 @@ class Supervisor:
         old = self.get(caller.name, run_id)
         if old.active:
             raise RunRefused(f"run {old.id} is still {old.status}; cancel it or let it end before resuming")
-        if old.id in self.unjournaled:           # its paid results first, or they would run again
-            journal = self.unjournaled[old.id]
-            try:
-                journal.flush()
-            except OSError as e:
-                raise RunRefused(f"cannot resume {old.id}: {len(journal.pending)} of its agent results are not "
-                                 f"journaled yet ({fsutil.describe_disk_fault(e, self.cfg.state_dir)}); "
-                                 f"retry once the disk has space") from None
-            del self.unjournaled[old.id]
+        waiting = self.deferred.journal_now(old.id)     # its paid results first, or they would run again
+        if waiting is not None:
+            raise RunRefused(f"cannot resume {old.id}: {waiting}; retry once the disk has space")
         try:
             loaded = journal_mod.load(self.store.dir(old) / "journal.jsonl")
             script = self.store.script(old)
@@ -490,7 +460,8 @@ class Supervisor:
         new = self.start(caller, new_params, carried=loaded)
         old.resumed_as = new.id
         try:
-            self.store.save(old)
+            if old.id not in self.unsaved:       # else its (sealed) final write carries it
+                self.store.save(old)
         except OSError as e:
             log.warning("run %s: could not record resumedAs: %s", old.id, e)
         self.changed(old)
@@ -527,8 +498,4 @@ class Supervisor:
             live.scope.cancel()
         for live in pending:
             await live.finished.wait()
-        for run_id in list(self.unjournaled):    # the last chance for results a full disk kept back
-            if not await self._journal_again(run_id):
-                log.error("run %s: %d paid agent result(s) could not be journaled (the disk still refuses) and "
-                          "are lost with this daemon; a resume runs them again", run_id,
-                          len(self.unjournaled[run_id].pending))
+        await self.deferred.last_chance(self._final_write)
