@@ -118,12 +118,17 @@ async def test_second_start_refuses_and_touches_nothing(tmp_path: Path) -> None:
     cli = fake_claude.install(tmp_path / "bin")
     path, tokens = daemon_config(tmp_path, str(cli))
     env = dict(os.environ, SWARMBASE_CONFIG=str(path))
+    gate = tmp_path / "bin" / "gate"        # beside the CLI: visible inside its sandbox
+    gate.write_text("")
     with trio.fail_after(90):
         proc, ws = await start_cli_daemon(path)
         try:
             async with connect(ws, tokens["alice"]) as h:
                 await h.handshake()
-                run_id = (await h.tool("run", {"script": "return await agent('sleep:10')"}))["structuredContent"]["runId"]
+                # The agent runs until the gate goes, however long the second start takes
+                # (a sleep:10 agent had ended first on a loaded machine).
+                run_id = (await h.tool("run", {"script": f"return await agent('waitfile:{gate}')"}))[
+                    "structuredContent"]["runId"]
                 agent_pids: list[int] = []
                 while not agent_pids:
                     table = process_table()
@@ -138,6 +143,7 @@ async def test_second_start_refuses_and_touches_nothing(tmp_path: Path) -> None:
                 # It reaped nothing and touched no record: the agent is still running.
                 assert all(process_table().get(p, (0, "Z"))[1] not in ("Z", "X") for p in agent_pids)
                 assert sorted(p.name for p in (path.parent / "procs").iterdir()) == procs_before
+                gate.unlink()
                 done = await h.wait_notice(f"{run_id}:end")
                 assert done["tags"][-1] == "swarmbase:completed"
         finally:
