@@ -413,7 +413,10 @@ class Agents:
 
     async def _journal_line(self, live: "LiveRun", key: str, rec: AgentRecord, value: Any) -> None:
         await self.sup.journal_append(live, {
-            "key": key, "n": rec.n, "label": rec.label, "ok": rec.state == "done", "state": rec.state,
+            # runId: boot finishes from this line an agent whose final record a kill cut off
+            # (carried lines of a resumed run keep their own run's id).
+            "key": key, "runId": live.run.id, "n": rec.n, "label": rec.label, "ok": rec.state == "done",
+            "state": rec.state,
             "result": value, "engine": rec.engine, "model": rec.model, "costUsd": round(rec.cost_usd, 6),
             "estimated": rec.cost_estimated, "tokens": rec.tokens.to_json(), "durationS": rec.duration_s,
             "workflow": rec.workflow, **({"worktree": rec.branch} if rec.branch else {})})

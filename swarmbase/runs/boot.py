@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import fsutil, notices
 from ..audit.rundirs import agent_files, chains_from_disk, end_files
+from ..prices import Tokens
 from ..procs import reap_recorded_groups
+from . import journal as journal_mod
 from .model import TERMINAL, Run
-from .records import ENDED, AgentRecord
+from .records import ENDED, AgentRecord, finished
 from .store import DamagedFile
 
 if TYPE_CHECKING:
@@ -119,9 +121,13 @@ def _interrupt(sup: "Supervisor", run: Run) -> None:
 
 
 def _interrupt_agents(sup: "Supervisor", run: Run, chains: Any = None) -> None:
-    """Agents that were queued or running when the daemon died will never end: say so."""
+    """Agents that were queued or running when the daemon died will never end: say so.
+    One whose journal line was written finished: its final record (written after the
+    journal line, on the run's flush) is completed from that line instead."""
     agents_dir = sup.store.dir(run) / "agents"
+    journaled = _journaled(sup.store.dir(run) / "journal.jsonl", run.id)
     done = 0
+    rows: dict[int, dict[str, Any]] = {}
     if agents_dir.is_dir():
         for d in agents_dir.iterdir():
             try:
@@ -132,21 +138,48 @@ def _interrupt_agents(sup: "Supervisor", run: Run, chains: Any = None) -> None:
             if rec is None:
                 continue
             if rec.state not in ENDED:
-                rec.error = INTERRUPTED
-                rec.set_state("interrupted", error=INTERRUPTED)
+                entry = journaled.get(rec.n)
+                if entry is not None:
+                    _finish_from_journal(rec, entry)
+                else:
+                    rec.error = INTERRUPTED
+                    rec.set_state("interrupted", error=INTERRUPTED)
                 data = rec.to_json()
                 if chains is not None:    # now final: sealed like any ended agent's record
                     data = chains.agent_record(rec.n, data, agent_files(d))
                 fsutil.write_json(d / "agent.json", data, durable=False)
-            else:
-                done += 1                 # it had finished before the daemon died
+                rows[rec.n] = rec.row()
+            if finished(rec):             # it had finished before the daemon died
+                done += 1
     phases = sup.store.phases(run)
     for phase in phases:
-        for row in phase.get("agents", []):
-            if isinstance(row, dict) and row.get("state") not in ENDED:
+        agents = phase.get("agents", [])
+        for i, row in enumerate(agents):
+            if isinstance(row, dict) and row.get("n") in rows:
+                agents[i] = rows[row["n"]]
+            elif isinstance(row, dict) and row.get("state") not in ENDED:
                 row.update(state="interrupted", error=INTERRUPTED, endedAt=time.time())
     sup.store.save_phases(run, phases, durable=True)
     run.agents_done = max(run.agents_done, done)
+
+
+def _journaled(path: Path, run_id: str) -> dict[int, dict[str, Any]]:
+    """This run's own journal lines by agent number (not lines carried from a resumed run)."""
+    try:
+        loaded = journal_mod.load(path)
+    except journal_mod.JournalError:
+        return {}
+    return {e["n"]: e for e in loaded.lines
+            if e.get("runId") == run_id and isinstance(e.get("n"), int) and e.get("state") in ENDED}
+
+
+def _finish_from_journal(rec: AgentRecord, entry: dict[str, Any]) -> None:
+    t = entry.get("tokens") if isinstance(entry.get("tokens"), dict) else {}
+    rec.cost_usd = float(entry.get("costUsd") or 0.0)
+    rec.cost_estimated = bool(entry.get("estimated"))
+    rec.tokens = Tokens(input=int(t.get("input", 0)), output=int(t.get("output", 0)),
+                        cache_read=int(t.get("cacheRead", 0)), cache_write=int(t.get("cacheWrite", 0)))
+    rec.set_state(str(entry["state"]), recordedAtBoot="from its journal line (the daemon died before its record)")
 
 
 def _link_resumes(sup: "Supervisor") -> None:

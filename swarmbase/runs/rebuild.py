@@ -27,7 +27,7 @@ from typing import Any
 
 from .journal import args_hash
 from .model import RUN_ID, STATUSES, TERMINAL, Run, first_line, iso
-from .records import ENDED, AgentRecord
+from .records import AgentRecord, finished
 
 # run.json keys a rebuilt run can only take from the damaged file (listed as lost if absent).
 ONLY_IN_RUN_JSON = ("args", "label", "meta", "model", "effort", "profile", "budgetUsd", "budgetTokens", "keepWork",
@@ -88,12 +88,6 @@ def _stamp_time(dir_name: str) -> float:
     return float(calendar.timegm(time.strptime(dir_name.split("-", 1)[0], "%Y%m%dT%H%M%SZ")))
 
 
-def _finished(rec: AgentRecord) -> bool:
-    """Ended by itself (what agentsDone counts), not stopped with its run."""
-    return rec.state in ENDED and rec.state != "interrupted" and not (
-        rec.state == "cancelled" and (rec.error or "").startswith("cancelled with the run"))
-
-
 def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dict[str, Any] | None,
                    agents: list[AgentRecord], script: str | None, result: tuple[bool, float] | None,
                    last_log: dict[str, Any] | None, log_at: float | None, fault: str,
@@ -116,7 +110,7 @@ def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dic
         lost.remove("args")              # the journal says the run had no args
     created = kept.get("createdAt", _stamp_time(dir_name))
     d: dict[str, Any] = {**kept, "id": run_id, "dirName": dir_name, "caller": caller, "createdAt": created,
-                         "agentsTotal": len(agents), "agentsDone": sum(1 for a in agents if _finished(a)),
+                         "agentsTotal": len(agents), "agentsDone": sum(1 for a in agents if finished(a)),
                          "spentUsd": kept.get("spentUsd", sum(a.cost_usd for a in agents)),
                          "spentEstimated": kept.get("spentEstimated", any(a.cost_estimated for a in agents)),
                          "spentTokens": kept.get("spentTokens", sum(a.tokens.total for a in agents

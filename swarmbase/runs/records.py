@@ -22,6 +22,12 @@ ENDED = ("done", "failed", "skipped", "cancelled", "interrupted")
 ERROR_SHORT = 300
 
 
+def finished(rec: "AgentRecord") -> bool:
+    """Ended by itself (what agentsDone counts), not stopped with its run."""
+    return rec.state in ENDED and rec.state != "interrupted" and not (
+        rec.state == "cancelled" and (rec.error or "").startswith("cancelled with the run"))
+
+
 class Redactor:
     """Replaces every known secret value before text reaches a record, log or notice."""
 
