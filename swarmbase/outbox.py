@@ -203,7 +203,8 @@ class Outbox:
         before its final record is written, and goes out once that is done). Returns the
         notice's place in this log, (log id, seq), for the run's record (None: that
         eventId is pending already)."""
-        entry = {"caller": caller, "addedAt": time.time(), "seq": self._next_seq, "notice": notice}
+        seq = self._next_seq
+        entry = {"caller": caller, "addedAt": time.time(), "seq": seq, "notice": notice}
         if not self._remember(entry):
             return None
         self._next_seq += 1
@@ -215,7 +216,7 @@ class Outbox:
         ev = self._changed.pop(caller, None)
         if ev is not None:
             ev.set()
-        return (self.log_id, entry["seq"])
+        return (self.log_id, seq)
 
     def ack(self, event_id: str) -> None:
         """The host answered accepted or duplicate: the notice is never sent again."""

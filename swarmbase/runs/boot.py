@@ -174,7 +174,7 @@ def _journaled(path: Path, run_id: str) -> dict[int, dict[str, Any]]:
 
 
 def _finish_from_journal(rec: AgentRecord, entry: dict[str, Any]) -> None:
-    t = entry.get("tokens") if isinstance(entry.get("tokens"), dict) else {}
+    t: dict[str, Any] = entry["tokens"] if isinstance(entry.get("tokens"), dict) else {}
     rec.cost_usd = float(entry.get("costUsd") or 0.0)
     rec.cost_estimated = bool(entry.get("estimated"))
     rec.tokens = Tokens(input=int(t.get("input", 0)), output=int(t.get("output", 0)),

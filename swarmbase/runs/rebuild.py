@@ -89,7 +89,7 @@ def _stamp_time(dir_name: str) -> float:
 
 
 def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dict[str, Any] | None,
-                   agents: list[AgentRecord], script: str | None, result: tuple[bool, float] | None,
+                   agents: list[AgentRecord], script: str | None, result: tuple[bool, float | None] | None,
                    last_log: dict[str, Any] | None, log_at: float | None, fault: str,
                    damaged_copy: str | None, now: float) -> Run | None:
     """A run record rebuilt from its dir's other files, or None when nothing says whose
@@ -97,7 +97,7 @@ def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dic
     run_id = dir_name.split("-", 1)[1] if "-" in dir_name else ""
     if not RUN_ID.match(run_id):
         return None
-    kept = {k: v for k, v in salvaged.items() if k in _TYPES and isinstance(v, _TYPES[k])
+    kept: dict[str, Any] = {k: v for k, v in salvaged.items() if k in _TYPES and isinstance(v, _TYPES[k])
             and not (isinstance(v, bool) and bool not in _TYPES[k])}
     if kept.get("status") not in STATUSES:
         kept.pop("status", None)
@@ -125,7 +125,7 @@ def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dic
             d["status"] = "running"          # in flight, as far as the files say: boot interrupts it
         else:
             d["status"], d["endedAt"], d["error"] = ended
-    history = kept.get("history") or [{"status": "queued", "at": iso(created)}]
+    history: list[Any] = kept.get("history") or [{"status": "queued", "at": iso(created)}]
     if d["status"] != (history[-1].get("status") if isinstance(history[-1], dict) else None):
         history = [*history, {"status": d["status"], "at": iso(d.get("endedAt") or now),
                               "reason": "rebuilt at boot from the run's files"}]
@@ -137,10 +137,10 @@ def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dic
         return None
 
 
-def _how_it_ended(result: tuple[bool, float] | None, last_log: dict[str, Any] | None,
+def _how_it_ended(result: tuple[bool, float | None] | None, last_log: dict[str, Any] | None,
                   log_at: float | None) -> tuple[str, float, str | None] | None:
     if result is not None and result[0]:
-        return "completed", result[1], None
+        return "completed", result[1] or time.time(), None
     message = last_log.get("message") if isinstance(last_log, dict) else None
     m = END_LINE.match(message) if isinstance(message, str) else None
     if m is not None:

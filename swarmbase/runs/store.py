@@ -89,12 +89,12 @@ class RunStore:
         """A damaged file about to be replaced by a rebuilt one: its bytes kept beside it
         (copied, so a crash in between leaves the damaged file where it was, to be rebuilt
         again), noted."""
-        copy: Path | None = quarantine_name(path)
+        copy: Path | None = None
         try:
-            fsutil.write_atomic(copy, raw)
+            fsutil.write_atomic(name := quarantine_name(path), raw)
+            copy = name
         except OSError as e:
             log.error("could not keep a copy of the damaged %s: %s", path, e.strerror)
-            copy = None
         self.damaged.append({"path": str(copy or path), "fault": f"{fault}; rebuilt from the run's other files",
                              "at": time.time()})
         return copy
