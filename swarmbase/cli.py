@@ -144,12 +144,15 @@ def main(argv: list[str] | None = None) -> int:
         return _admin_link(args.login)
     if args.cmd == "check-config":
         try:
-            config.load(config.config_path())
+            cfg = config.load(config.config_path())
         except config.ConfigError as e:
             print(f"swarmbase: bad config: {e}", file=sys.stderr)
             return 2
-        print("swarmbase: config ok")
-        return 0
+        problems = config.key_file_problems(cfg)
+        for name, problem in problems:
+            print(f"swarmbase: caller {name}: {problem}; its runs are refused until it is fixed", file=sys.stderr)
+        print("swarmbase: config ok" + (" (but see the key files above)" if problems else ""))
+        return 1 if problems else 0
     return _serve(getattr(args, "port", None))
 
 

@@ -14,16 +14,25 @@ selects swarmbase.notify and stays connected until the end notice of the run it 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
 
 from . import config
 from .client_progress import Output, OutputClosed, printable, watch
+
+
+class ConnectionLost(ConnectionError):
+    """The connection closed while a request waited for its answer."""
+
+    def __init__(self, closed: ConnectionClosed | None) -> None:
+        super().__init__("the server closed the connection")
+        self.closed = closed
 
 
 class RpcFailure(Exception):
@@ -39,9 +48,11 @@ def accept_all(params: dict[str, Any]) -> dict[str, Any]:
 
 
 class HostClient:
-    """One host connection. `push_answer(params)` returns {"result": …} or {"error": …}."""
+    """One host connection. `push_answer(params)` returns (or, async, resolves to)
+    {"result": …} or {"error": …}; while it is awaited the connection reads nothing else."""
 
-    def __init__(self, ws: WebSocketConnection, push_answer: Callable[[dict[str, Any]], dict[str, Any]] = accept_all):
+    def __init__(self, ws: WebSocketConnection,
+                 push_answer: Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]] = accept_all):
         self.ws = ws
         self.push_answer = push_answer
         self._next = 0
@@ -70,6 +81,8 @@ class HostClient:
         if "method" in msg and "id" in msg:
             if msg["method"] == "push/event":
                 answer = self.push_answer(msg["params"])
+                if inspect.isawaitable(answer):     # a host that takes its time (tests hold answers)
+                    answer = await answer
                 await self.ws.send_message(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}))
                 if "result" in answer and (answer["result"].get("accepted") or answer["result"].get("reason") == "duplicate"):
                     self.notices_send.send_nowait(msg["params"])
@@ -96,7 +109,7 @@ class HostClient:
         try:
             resp = await recv.receive()
         except trio.EndOfChannel:
-            raise ConnectionError("the server closed the connection") from None
+            raise ConnectionLost(self.closed) from None
         if raw:
             return resp
         if "error" in resp:
@@ -194,6 +207,7 @@ async def _main(args: argparse.Namespace) -> int:
             if not run_id:
                 print("swarmbase.client: --wait needs a tool that names a run", file=sys.stderr)
                 return 2
+            args.waiting_for = run_id
 
             async def status() -> dict[str, Any] | None:
                 try:
@@ -216,14 +230,25 @@ def _find(e: BaseException, kinds: Any) -> BaseException | None:
     return e if isinstance(e, kinds) else None
 
 
+def _close_reason(e: BaseException) -> str:
+    closed = e.closed if isinstance(e, ConnectionLost) else e
+    reason = closed.reason if isinstance(closed, ConnectionClosed) else None
+    if reason is None:
+        return "it closed"
+    code = getattr(reason, "code", None)
+    name = str(getattr(reason, "name", "") or "").replace("_", " ").lower()
+    return f"close code {code}" + (f", {name}" if name else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m swarmbase.client", description="A minimal MCPL host for SwarmBase")
     p.add_argument("caller")
     p.add_argument("tool")
     p.add_argument("json", nargs="?", default="{}")
     p.add_argument("--wait", action="store_true", help="stay connected until the run's end notice arrives")
+    args = p.parse_args(argv)
     try:
-        return trio.run(_main, p.parse_args(argv))
+        return trio.run(_main, args)
     except BaseException as e:
         # The reader of our output went away (`... | head`): stop quietly, like other
         # tools cut off by a closed pipe (128 + SIGPIPE).
@@ -232,6 +257,15 @@ def main(argv: list[str] | None = None) -> int:
         if (err := _find(e, config.ConfigError)) is not None:
             print(f"swarmbase.client: bad config: {err}", file=sys.stderr)
             return 2
+        if (closed := _find(e, (ConnectionClosed, ConnectionLost))) is not None:
+            # The daemon died or stopped under us: one line, never a traceback.
+            if sys.stdout.isatty():
+                print(file=sys.stdout, flush=True)        # end the progress line first
+            waiting = getattr(args, "waiting_for", None)
+            print(f"swarmbase.client: lost the connection to the daemon ({_close_reason(closed)})"
+                  + (f" while waiting for {waiting}; its end notice stays queued for this caller" if waiting else ""),
+                  file=sys.stderr)
+            return 1
         if (err := _find(e, (OSError, ConnectionError))) is not None:
             print(f"swarmbase.client: cannot reach the daemon: {err}", file=sys.stderr)
             return 1

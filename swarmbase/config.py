@@ -233,14 +233,30 @@ def resolve_bin(value: str, path: str, search_path: str | None = None) -> str:
     return candidate
 
 
-def _check_key_file(path: str, where: str) -> None:
+def key_file_problem(path: str | None) -> str | None:
+    """Why a caller's key file cannot be used now, naming it (None: it can). Checked when
+    the caller starts a run and when an agent reads it, not when the config loads: one
+    caller's missing or world-readable key file refuses that caller's runs and stops
+    nobody else (issue 25 #7), and fixing it needs no restart."""
+    if not path:
+        return None
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise ConfigError(f"{where}: key file {path} does not exist") from None
+        return f"the key file {path} does not exist"
+    except OSError as e:
+        return f"the key file {path} cannot be read ({e.strerror})"
+    if not stat.S_ISREG(st.st_mode):
+        return f"the key file {path} is not a regular file"
     if stat.S_IMODE(st.st_mode) & 0o077:
-        raise ConfigError(f"{where}: key file {path} must be mode 0600 (it is {stat.S_IMODE(st.st_mode):04o}); "
-                          f"run: chmod 600 {path}")
+        return (f"the key file {path} must be mode 0600 (it is {stat.S_IMODE(st.st_mode):04o}); "
+                f"run: chmod 600 {path}")
+    return None
+
+
+def key_file_problems(cfg: "Config") -> list[tuple[str, str]]:
+    """(caller name, problem) for every caller whose key file cannot be used now."""
+    return [(c.name, p) for c in cfg.callers if (p := key_file_problem(c.apiKeyFile)) is not None]
 
 
 def under_temp_dir(path: str) -> bool:
@@ -368,9 +384,7 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
             raise ConfigError(f"{where}.runUsdDefault: {c.runUsdDefault:g} is above runUsdMax {c.runUsdMax:g}")
         if c.runTokensDefault > c.runTokensMax:
             raise ConfigError(f"{where}.runTokensDefault: {c.runTokensDefault} is above runTokensMax {c.runTokensMax}")
-        key_file = expand(c.apiKeyFile) if c.apiKeyFile else None
-        if key_file:
-            _check_key_file(key_file, f"{where}.apiKeyFile")
+        key_file = expand(c.apiKeyFile) if c.apiKeyFile else None     # checked per run: key_file_problem
         roots = []
         protected = [os.path.realpath(cfg.state_dir), os.path.realpath(cfg.homes_dir)]
         for j, r in enumerate(c.cwdRoots):

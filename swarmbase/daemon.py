@@ -2,8 +2,10 @@
 supervisor beside it, and a graceful drain on SIGTERM/SIGINT.
 
 Shutdown order (Hypercorn installs no signal handlers and does not close open
-WebSockets itself): stop accepting runs, stop every in-flight run and record it as
-interrupted (its notice goes to the outbox), close every WebSocket with 1001, then let
+WebSockets itself): stop accepting runs (in the signal handler itself), stop every
+in-flight run and record it as interrupted (its notice goes to the outbox), let every
+connected host receive and answer what is pending (at most DELIVERY_DRAIN_S), write the
+acknowledgements and close the outbox, close every WebSocket with 1001, then let
 Hypercorn return.
 """
 
@@ -24,7 +26,7 @@ import trio
 from quart import Response, websocket
 from quart_trio import QuartTrio
 
-from .config import Config
+from .config import Config, key_file_problems
 from .engines.claude_agent import ClaudeEngine
 from .engines.codex_agent import CodexEngine
 from .engines.meter import Meter
@@ -42,6 +44,8 @@ from .statelock import StateLock
 from .telemetry import make_trace_observer
 
 log = logging.getLogger("swarmbase")
+
+DELIVERY_DRAIN_S = 5.0      # how long shutdown waits for connected hosts to answer pushes
 
 
 @attrs.define
@@ -195,7 +199,33 @@ def make_app(services: Services) -> QuartTrio:
     register_spend(app, services)
     register_audit(app, services)
     register_metrics(app, services, services.metrics)
+    close_when_asked(app)
     return app
+
+
+def close_when_asked(app: Any) -> None:
+    """Send every response's last body in a shielded scope, so `Connection: close` (and
+    HTTP/1.0) gets its EOF. Hypercorn closes such a connection from inside that send
+    (its stream ends, the socket is shut down and closed), but by then quart-trio has
+    seen the ASGI disconnect and cancelled the request's nursery, so the shutdown's first
+    checkpoint raised Cancelled and the socket stayed open: a client reading to EOF hung
+    (issue 25 #8; Hypercorn 0.18, quart-trio 0.12). Hypercorn already shields the bytes'
+    own send; this only lets its close run to the end."""
+    inner = app.asgi_app
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            return await inner(scope, receive, send)
+
+        async def send_last_shielded(message: dict[str, Any]) -> None:
+            if message.get("type") == "http.response.body" and not message.get("more_body", False):
+                with trio.CancelScope(shield=True):
+                    await send(message)
+            else:
+                await send(message)
+        await inner(scope, receive, send_last_shielded)
+
+    app.asgi_app = asgi
 
 
 async def serve(cfg: Config, *, agents: AgentService | None = None, limits: RunnerLimits | None = None,
@@ -223,6 +253,9 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         if cfg.sandbox_mode == "bwrap":
             log.info("children run sandboxed as %s, without capabilities",
                      who.describe() if who is not None else "the daemon's user")
+    for name, problem in key_file_problems(cfg):
+        log.error("caller %s: %s; that caller's runs are refused until it is fixed, the others are served",
+                  name, problem)
     interrupted = services.supervisor.recover()
     if interrupted:
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))
@@ -246,17 +279,12 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
     hc.websocket_max_message_size = 4 * 1024 * 1024
 
     async def shutdown_trigger() -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with trio.open_nursery() as n:
-                async def on_signal() -> None:
-                    async for _ in signals:
-                        stop.set()
-                        return
-                n.start_soon(on_signal)
-                await stop.wait()
-                n.cancel_scope.cancel()
+        await _until_stopped(stop, services.supervisor)
         log.info("shutting down: stopping runs")
         await services.supervisor.shutdown()
+        # Connected hosts get the notices now queued (interrupted runs), and every answer
+        # on the wire is acknowledged before the outbox closes (issue 25 #2).
+        await services.hub.drain(DELIVERY_DRAIN_S)
         services.outbox.flush()
         services.outbox.close()
         services.drain.set()
@@ -283,6 +311,26 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
             task_status.started((url, services))
         # Hypercorn returned after the drain; the supervisor has no runs left.
         nursery.cancel_scope.cancel()
+
+
+async def _until_stopped(stop: trio.Event, sup: Supervisor) -> None:
+    """Wait for SIGTERM/SIGINT (or `stop`). The signal handler itself stops the supervisor
+    accepting runs, in the instant the signal is handled: with trio's signal receiver a
+    `run` that arrived just after SIGTERM was often dispatched before the receiving task
+    ran, accepted, then interrupted (2 of 4 trials in issue 25 #2; 3 of 4 here)."""
+    token = trio.lowlevel.current_trio_token()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        sup.accepting = False
+        token.run_sync_soon(stop.set, idempotent=True)    # signal-safe (trio's docs)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        await stop.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    sup.accepting = False
 
 
 async def serve_on_loopback(app: Any, *, graceful: float = 0.5,

@@ -17,12 +17,21 @@
 - `amend(event_id, notice)` replaces a notice not yet pushed (a run's end notice gets its
   end-record hash once the record is written): a further add line for the same eventId,
   which wins over the earlier one on load.
+- Every add gets a sequence number within the log (`seq`), and the log names itself in a
+  base line, `{"op":"base","log":<id>,"seq":B}`, written first in a new or rewritten log:
+  "every notice of this log numbered below B that is not in this file was acknowledged".
+  add() returns the notice's (log, seq); the run records it in run.json, so boot can tell
+  a notice that a torn or damaged line lost (its seq at or above B, its eventId on no
+  line) from one acknowledged and compacted away, and queue the lost one again
+  (lost_at_load; issue 25 #3). A run whose record names another log (the file was
+  deleted) or none (older runs) is never re-notified.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -47,6 +56,10 @@ def add_line(entry: dict[str, Any]) -> bytes:
     return _line({"op": "add", **entry})
 
 
+def base_line(log_id: str, seq: int) -> bytes:
+    return _line({"op": "base", "log": log_id, "seq": seq})
+
+
 class Outbox:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -66,6 +79,14 @@ class Outbox:
         self._held: set[str] = set()        # queued durably, not to be pushed yet (see add)
         self._wake = trio.Event()
         self.compactions = 0
+        self.log_id = secrets.token_hex(8)
+        self._next_seq = 0
+        self._base_due = True               # the file has no base line for log_id yet
+        self._base_seq = 0                  # what that base line will say
+        # What the log held when loaded, for boot's lost_at_load (freed by boot_done).
+        self._loaded_log: str | None = None
+        self._loaded_base = 0
+        self._loaded_ids: set[str] = set()
         self._load()
 
     # -- loading --------------------------------------------------------------
@@ -106,6 +127,15 @@ class Outbox:
         self._file_lines = len(loaded.records)
         self._file_live = len({rec["eventId"] for rec in loaded.records
                                if rec["op"] == "add" and rec["eventId"] in self._caller_of})
+        if loaded.base is not None:
+            self.log_id, self._next_seq, self._base_due = loaded.base["log"], loaded.base["seq"], False
+            self._loaded_log, self._loaded_base = loaded.base["log"], loaded.base["seq"]
+        self._loaded_ids = {rec["eventId"] for rec in loaded.records}
+        seqs = [rec["seq"] for rec in loaded.records if rec["op"] == "add" and isinstance(rec.get("seq"), int)]
+        self._next_seq = max([self._next_seq, *(q + 1 for q in seqs)])
+        # A log without a base line (new, or older than seq numbers) gets one with its first
+        # write: no notice of this (new) log id is below it.
+        self._base_seq = self._loaded_base if loaded.base is not None else self._next_seq
         migrating = legacy.found
         if migrating or loaded.damaged_copy or loaded.intact_tail:
             self._legacy = legacy_path if migrating and legacy_path.exists() else None
@@ -113,16 +143,23 @@ class Outbox:
 
     def _rewrite_now(self) -> None:
         """Write the live entries as a fresh log (migration, damage). On failure the old
-        files stay and the entries are queued, so nothing is lost."""
+        files stay and the entries are queued, so nothing is lost. Unlike a compaction it
+        keeps the base and an ack line for every notice acknowledged so far: boot has not
+        yet asked lost_at_load about the runs, and the answers must not change."""
         entries = list(self._entries())
+        acked = sorted(self._loaded_ids - set(self._caller_of))
         try:
-            outbox_file.rewrite(self.path, b"".join(add_line(e) for e in entries))
+            outbox_file.rewrite(self.path, base_line(self.log_id, self._base_seq)
+                                + b"".join(add_line(e) for e in entries)
+                                + b"".join(_line({"op": "ack", "eventId": eid}) for eid in acked))
         except OSError as e:
             self._fail(e, "rewrite")
             self._queue = [("add", e["notice"]["eventId"], add_line(e)) for e in entries]
             return
+        self._base_due = False
         self._file.reopen(size=None)
-        self._file_lines = self._file_live = len(entries)
+        self._file_lines = len(entries) + len(acked)
+        self._file_live = len(entries)
         self._retire_legacy()
 
     def _retire_legacy(self) -> None:
@@ -143,8 +180,10 @@ class Outbox:
         eid = notice["eventId"]
         if eid in self._caller_of:
             return False
-        self._by_caller.setdefault(caller, {})[eid] = {
-            "caller": caller, "addedAt": entry.get("addedAt", time.time()), "notice": notice}
+        kept = {"caller": caller, "addedAt": entry.get("addedAt", time.time()), "notice": notice}
+        if isinstance(entry.get("seq"), int):
+            kept["seq"] = entry["seq"]
+        self._by_caller.setdefault(caller, {})[eid] = kept
         self._caller_of[eid] = caller
         return True
 
@@ -170,13 +209,17 @@ class Outbox:
         return len(self._caller_of)
 
     # -- the API used by the supervisor and sessions ----------------------------------
-    def add(self, caller: str, notice: dict[str, Any], hold: bool = False) -> None:
+    def add(self, caller: str, notice: dict[str, Any], hold: bool = False) -> tuple[str, int] | None:
         """Keep a notice until its host acknowledges it. Never raises on a disk fault.
         `hold`: durable now, pushed only after release() (a run's end notice is queued
-        before its final record is written, and goes out once that is done)."""
-        entry = {"caller": caller, "addedAt": time.time(), "notice": notice}
+        before its final record is written, and goes out once that is done). Returns the
+        notice's place in this log, (log id, seq), for the run's record (None: that
+        eventId is pending already)."""
+        seq = self._next_seq
+        entry = {"caller": caller, "addedAt": time.time(), "seq": seq, "notice": notice}
         if not self._remember(entry):
-            return
+            return None
+        self._next_seq += 1
         if hold:
             self._held.add(notice["eventId"])
         self._queue.append(("add", notice["eventId"], add_line(entry)))
@@ -185,16 +228,19 @@ class Outbox:
         ev = self._changed.pop(caller, None)
         if ev is not None:
             ev.set()
+        return (self.log_id, seq)
 
     def ack(self, event_id: str) -> None:
         """The host answered accepted or duplicate: the notice is never sent again."""
         if not self._forget(event_id):
             return
-        if event_id in self._nowhere:        # never written: nothing to cancel on disk
+        if event_id in self._nowhere:
+            # Never written: its add line is dropped; the ack line alone still says it was
+            # acknowledged, so a boot reading its run's record does not queue it again.
             self._nowhere.discard(event_id)
             self._queue = [q for q in self._queue if q[1] != event_id]
-            return
-        self._file_live -= 1
+        else:
+            self._file_live -= 1
         self._queue.append(("ack", event_id, _line({"op": "ack", "eventId": event_id})))
         self._persist(sync=False)
         if self.compaction_due():
@@ -230,6 +276,25 @@ class Outbox:
         """A pending notice by eventId."""
         caller = self._caller_of.get(event_id)
         return self._by_caller[caller][event_id]["notice"] if caller else None
+
+    def ref(self, event_id: str) -> tuple[str, int] | None:
+        """A pending notice's place in this log, as add() returned it."""
+        caller = self._caller_of.get(event_id)
+        seq = self._by_caller[caller][event_id].get("seq") if caller else None
+        return (self.log_id, seq) if isinstance(seq, int) else None
+
+    def lost_at_load(self, event_id: str, ref: tuple[str, int] | None) -> bool:
+        """Boot: True when the notice at `ref` (what add() returned, kept in its run's
+        record) was queued in this log and the log held no line of it when loaded: a
+        torn or damaged line lost it, and the caller was never told. False for anything
+        the log cannot vouch for (another log, no ref, before its base)."""
+        if ref is None or self._loaded_log is None or ref[0] != self._loaded_log or ref[1] < self._loaded_base:
+            return False
+        return event_id not in self._loaded_ids and event_id not in self._caller_of
+
+    def boot_done(self) -> None:
+        """Boot has checked every run: let go of what the log held at load."""
+        self._loaded_ids = set()
 
     def pending(self, caller: str) -> list[dict[str, Any]]:
         """The caller's notices, oldest first."""
@@ -271,11 +336,13 @@ class Outbox:
     def _persist(self, sync: bool) -> bool:
         if self._queue:
             batch = self._queue
+            base = base_line(self.log_id, self._base_seq) if self._base_due else b""
             try:
-                self._file.append(b"".join(line for _, _, line in batch))
+                self._file.append(base + b"".join(line for _, _, line in batch))
             except OSError as e:
                 self._fail(e, "write")
                 return False
+            self._base_due = False
             self._queue = []
             self._nowhere.clear()
             self._file_lines += len(batch)
@@ -326,7 +393,8 @@ class Outbox:
         if self._queue or self._capture is not None:
             return False
         snapshot = list(self._entries())
-        data = b"".join(add_line(e) for e in snapshot)
+        # Every notice numbered below _next_seq is in the snapshot or was acknowledged.
+        data = base_line(self.log_id, self._next_seq) + b"".join(add_line(e) for e in snapshot)
         self._capture = []
         tmp = None
         try:

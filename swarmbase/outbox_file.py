@@ -22,6 +22,8 @@ def _utc_stamp() -> str:
 def _valid(rec: Any) -> bool:
     if not isinstance(rec, dict):
         return False
+    if rec.get("op") == "base":
+        return isinstance(rec.get("log"), str) and isinstance(rec.get("seq"), int) and rec["seq"] >= 0
     if rec.get("op") == "ack":
         return isinstance(rec.get("eventId"), str)
     if rec.get("op") == "add":
@@ -34,12 +36,24 @@ def _valid(rec: Any) -> bool:
 
 @attrs.define
 class Loaded:
-    records: list[dict[str, Any]]
+    records: list[dict[str, Any]]     # add and ack lines, in order
     good_size: int            # bytes up to the end of the last whole line
     damaged: int              # whole lines that are not records (damage from outside)
     torn_tail: int            # bytes of an unfinished last line (a crash mid-write)
     damaged_copy: Path | None
     intact_tail: bool = False   # the last line is whole but lacks its newline
+    base: dict[str, Any] | None = None    # the last base line: {"op": "base", "log", "seq"}
+
+
+def _split_base(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    base = None
+    kept = []
+    for rec in records:
+        if rec["op"] == "base":
+            base = rec
+        else:
+            kept.append(rec)
+    return kept, base
 
 
 def read_log(path: Path) -> Loaded:
@@ -86,7 +100,8 @@ def read_log(path: Path) -> Loaded:
             fsutil.write_atomic(copy, raw)
         except OSError:
             copy = None
-    return Loaded(records, good_size, damaged, 0 if intact else len(tail), copy, intact)
+    records, base = _split_base(records)
+    return Loaded(records, good_size, damaged, 0 if intact else len(tail), copy, intact, base)
 
 
 @attrs.define

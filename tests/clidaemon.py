@@ -3,15 +3,40 @@
 
 from __future__ import annotations
 
+import json
+import secrets
 import signal
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import attrs
 import trio
 
-from .conftest import start_cli_daemon
+from .conftest import start_cli_daemon, write_config
+from .fakes import fake_claude
+
+
+def fake_cli_config(tmp_path: Path, callers: tuple[str, ...] = ("alice",), modes: dict[str, int | None] | None = None,
+                    **extra: Any) -> tuple[Path, dict[str, str]]:
+    """A config for `python -m swarmbase` on tmp_path/state with the fake claude CLI. Every
+    caller's key file is <state>/<name>.key, mode 0600 unless `modes` says otherwise
+    (None: the file is not there)."""
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    state = tmp_path / "state"
+    state.mkdir()
+    path, tokens = write_config(state, callers=list(callers), engines={"claude": {"bin": str(cli)}}, **extra)
+    cfg = json.loads(path.read_text())
+    for c in cfg["callers"]:
+        key = state / f"{c['name']}.key"
+        mode = (modes or {}).get(c["name"], 0o600)
+        if mode is not None:
+            key.write_text(f"sk-{c['name']}-key-{secrets.token_hex(8)}")
+            key.chmod(mode)
+        c["apiKeyFile"] = str(key)
+    path.write_text(json.dumps(cfg))
+    return path, tokens
 
 
 @attrs.define
@@ -29,7 +54,7 @@ async def cli_daemon(cfg_path: Path, env: dict[str, str] | None = None, argv: li
     startup: list[str] = []
     with trio.fail_after(120):
         proc, ws = await start_cli_daemon(cfg_path, env, startup, argv, cwd)
-    d = CliDaemon(proc, ws, bytearray(startup[0].encode()))
+    d = CliDaemon(proc, ws, bytearray("".join(startup).encode()))     # from its first line on
     try:
         async with trio.open_nursery() as n:
             async def drain() -> None:

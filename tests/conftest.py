@@ -215,3 +215,15 @@ async def start_cli_daemon(cfg_path: Path, env: dict[str, str] | None = None,
         startup.append(buf.decode(errors="replace"))
     url = re.search(rb"listening on (http://[\d.:]+)", buf).group(1).decode()
     return proc, url.replace("http", "ws") + "/mcpl"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Any:
+    """A 4 MiB tmpfs mounted for the test (the tests run as root, in CI too)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -5,7 +5,6 @@ while an agent runs, and a full disk in the middle of a run (a real tmpfs)."""
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -78,18 +77,6 @@ async def test_running_agents_show_live_tokens_and_estimated_cost(tmp_path: Path
     assert st["structuredContent"]["reservedUsd"] > 0
     final = agent_json(env, run, 1)
     assert final["estimated"] is False and final["tokens"]["total"] == 1050
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path):
-    """A 4 MiB tmpfs (the tests run as root, in CI too)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def fill(mount: Path, leave: int) -> Path:

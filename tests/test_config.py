@@ -121,17 +121,28 @@ def test_bad_enum_and_pattern(tmp_path: Path) -> None:
         tmp_path, {"callers": [{"name": "a", "tokenSha256": "abc"}]})
 
 
-def test_key_file_missing(tmp_path: Path) -> None:
-    msg = fault(tmp_path, {"callers": [{"name": "a", "tokenSha256": H1, "apiKeyFile": str(tmp_path / "nope.key")}]})
-    assert "callers[0].apiKeyFile: key file" in msg and "does not exist" in msg
-
-
-def test_key_file_not_0600(tmp_path: Path) -> None:
-    key = tmp_path / "a.key"
-    key.write_text("x")
-    os.chmod(key, 0o644)
-    msg = fault(tmp_path, {"callers": [{"name": "a", "tokenSha256": H1, "apiKeyFile": str(key)}]})
-    assert "must be mode 0600 (it is 0644)" in msg and "chmod 600" in msg
+def test_a_bad_key_file_is_that_callers_problem_not_a_config_fault(tmp_path: Path) -> None:
+    # Issue 25 #7: a missing or world-readable key file no longer stops start-up; the
+    # config loads and the problem (naming the file) is that caller's alone.
+    open_key, good_key, not_a_file = tmp_path / "b.key", tmp_path / "c.key", tmp_path / "d.key"
+    open_key.write_text("x")
+    os.chmod(open_key, 0o644)
+    good_key.write_text("x")
+    os.chmod(good_key, 0o600)
+    not_a_file.mkdir()
+    cfg = load(tmp_path, json.dumps({"callers": [
+        {"name": "a", "tokenSha256": H1, "apiKeyFile": str(tmp_path / "nope.key")},
+        {"name": "b", "tokenSha256": H2, "apiKeyFile": str(open_key)},
+        {"name": "c", "tokenSha256": "c" * 64, "apiKeyFile": str(good_key)},
+        {"name": "d", "tokenSha256": "d" * 64, "apiKeyFile": str(not_a_file)},
+        {"name": "e", "tokenSha256": "e" * 64}]}))
+    problems = dict(config.key_file_problems(cfg))
+    assert sorted(problems) == ["a", "b", "d"]
+    assert problems["a"] == f"the key file {tmp_path / 'nope.key'} does not exist"
+    assert problems["b"] == f"the key file {open_key} must be mode 0600 (it is 0644); run: chmod 600 {open_key}"
+    assert problems["d"] == f"the key file {not_a_file} is not a regular file"
+    os.chmod(open_key, 0o600)                 # fixed: no reload needed
+    assert config.key_file_problem(cfg.caller("b").apiKeyFile) is None
 
 
 def test_duplicate_names_and_hashes(tmp_path: Path) -> None:

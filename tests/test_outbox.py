@@ -34,7 +34,8 @@ def ids(notices: list[dict[str, Any]]) -> list[str]:
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(ln) for ln in path.read_bytes().splitlines()]
+    """The add and ack lines (not the log's base line)."""
+    return [rec for ln in path.read_bytes().splitlines() if (rec := json.loads(ln))["op"] != "base"]
 
 
 def test_adds_append_and_acks_survive_reload(tmp_path: Path) -> None:
@@ -128,7 +129,8 @@ def test_damaged_lines_are_kept_aside_and_the_rest_served(tmp_path: Path) -> Non
     for i in range(3):
         ob.add("a", notice(i))
     raw = p.read_bytes().split(b"\n")
-    raw[1] = b"\x00\xffgarbage{"
+    assert json.loads(raw[0])["op"] == "base"
+    raw[2] = b"\x00\xffgarbage{"          # notice(1)'s add line
     p.write_bytes(b"\n".join(raw))
     recovered = Outbox(p)
     assert recovered.recovered_from_damage
@@ -223,6 +225,72 @@ async def test_maintain_compacts_in_the_background(tmp_path: Path) -> None:
     assert len(lines(p)) < 1 + outbox_mod.COMPACT_MIN_DEAD
     assert lines(p)[0]["notice"]["eventId"] == notice(5000)["eventId"]
     assert ids(Outbox(p).pending("a")) == ids([notice(5000)])
+
+
+# -- lost notices (issue 25 #3) ------------------------------------------------------
+
+def test_a_torn_add_line_is_known_lost_and_an_acknowledged_notice_is_not(tmp_path: Path) -> None:
+    p = tmp_path / "outbox.jsonl"
+    ob = Outbox(p)
+    refs = [ob.add("a", notice(i)) for i in range(4)]
+    assert [r[1] for r in refs] == [0, 1, 2, 3] and {r[0] for r in refs} == {ob.log_id}
+    assert ob.add("a", notice(2)) is None and ob.ref(notice(2)["eventId"]) == refs[2]
+    ob.ack(notice(0)["eventId"])
+    *whole, add3, ack0, _ = p.read_bytes().split(b"\n")
+    assert b"run_000000000003" in add3 and b'"ack"' in ack0
+    p.write_bytes(b"\n".join(whole) + b"\n" + add3[:40])    # notice 3's add torn, notice 0's ack gone with it
+    again = Outbox(p)
+    lost = [i for i in range(4) if again.lost_at_load(notice(i)["eventId"], refs[i])]
+    assert lost == [3]                                  # 0 is pending again (its ack was torn), 1, 2 pending
+    assert ids(again.pending("a")) == ids([notice(0), notice(1), notice(2)])
+    assert not again.lost_at_load(notice(3)["eventId"], None)                    # an older run: no ref
+    assert not again.lost_at_load(notice(3)["eventId"], ("another-log", 3))    # another log's notice
+    again.add("a", notice(3))                           # boot queues it again: no longer lost
+    assert not again.lost_at_load(notice(3)["eventId"], refs[3])
+    again.boot_done()
+
+
+def test_damaged_lines_and_compaction_keep_what_was_acknowledged(tmp_path: Path) -> None:
+    p = tmp_path / "outbox.jsonl"
+    ob = Outbox(p)
+    refs = [ob.add("a", notice(i)) for i in range(4)]
+    ob.ack(notice(0)["eventId"])
+    raw = p.read_bytes().split(b"\n")
+    raw[3] = b"\x00garbage"                            # notice 2's add line, damaged from outside
+    p.write_bytes(b"\n".join(raw))
+    for _ in range(2):          # the load rewrites the log: a second load still knows the same
+        loaded = Outbox(p)
+        assert [i for i in range(4) if loaded.lost_at_load(notice(i)["eventId"], refs[i])] == [2]
+    # A compaction drops the acknowledged ones' lines; its base says they were acknowledged.
+    loaded.add("a", notice(2))
+    for i in range(1, 4):
+        loaded.ack(notice(i)["eventId"])
+    trio.run(loaded.compact)
+    assert [ln["op"] for ln in lines(p)] == []          # nothing live is left, nothing dead kept
+    after = Outbox(p)
+    assert not any(after.lost_at_load(notice(i)["eventId"], refs[i]) for i in range(4))
+    late = after.add("a", notice(7))
+    assert late[1] >= 4                                 # numbers never go back
+    p.write_bytes(p.read_bytes()[:-10])                 # and a torn line after a compaction is found
+    assert Outbox(p).lost_at_load(notice(7)["eventId"], late)
+
+
+def test_a_notice_acknowledged_before_its_line_was_written_is_not_lost(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "outbox.jsonl"
+    ob = Outbox(p)
+    ob.add("a", notice(1))
+    real_append = outbox_file.LogFile.append
+
+    def full(self: outbox_file.LogFile, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(outbox_file.LogFile, "append", full)
+    ref = ob.add("a", notice(2))           # in memory only: the disk is full
+    ob.ack(notice(2)["eventId"])           # delivered from memory
+    monkeypatch.setattr(outbox_file.LogFile, "append", real_append)
+    ob.flush()                             # space is back: the ack line alone is written
+    assert [ln["op"] for ln in lines(p)] == ["add", "ack"]
+    assert not Outbox(p).lost_at_load(notice(2)["eventId"], ref)
 
 
 # -- a disk that refuses writes ------------------------------------------------------

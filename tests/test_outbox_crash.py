@@ -28,6 +28,8 @@ def acked_on_disk(path: Path, everything: set[str]) -> set[str]:
     adds, acks = set(), set()
     for line in path.read_bytes().splitlines():
         rec = json.loads(line)
+        if rec["op"] == "base":
+            continue
         (adds if rec["op"] == "add" else acks).add(rec["notice"]["eventId"] if rec["op"] == "add" else rec["eventId"])
     return everything - (adds - acks)
 

@@ -247,3 +247,31 @@ def test_delete_work_on_end_false_keeps_work(tmp_path: Path) -> None:
     sup.recover()
     assert r.id in sup.runs                 # it was loaded, and its work dir kept
     assert store.work_dir(r).is_dir()
+
+
+def test_boot_finishes_an_agent_from_its_journal_line_when_the_kill_beat_its_record(env: Env) -> None:
+    # An agent's journal line is written before its final agent.json (that waits for the
+    # run's flush): a kill -9 in between must not make the finished agent "interrupted".
+    from swarmbase.daemon import build_services
+    from swarmbase.runs import records
+    from swarmbase.runs.journal import Journal, args_hash
+    store = RunStore(env.state)
+    r = Run(id="run_00000000000b", caller="alice", dir_name=RunStore.dir_name_for("run_00000000000b", time.time()),
+            created_at=time.time(), status="running")
+    store.create(r, "return 1")
+    journal = Journal(store.dir(r) / "journal.jsonl", r.id, args_hash(None), caller="alice",
+                      carried=[{"key": "old", "runId": "run_0000000000aa", "n": 2, "ok": True, "state": "done"}])
+    for n in (1, 2, 3):
+        rec = records.AgentRecord(n=n, dir=store.dir(r) / "agents" / str(n), label=f"a{n}", engine="claude",
+                                  model=None, profile="read")
+        rec.set_state("running")
+        store.create_agent(rec, "p", {})
+    journal.append({"key": "k1", "runId": r.id, "n": 1, "ok": True, "state": "done", "costUsd": 0.25,
+                    "estimated": False, "tokens": {"input": 10, "output": 5}})
+    sup = build_services(env.cfg).supervisor
+    sup.recover()
+    states = {n: json.loads((store.dir(r) / "agents" / str(n) / "agent.json").read_text()) for n in (1, 2, 3)}
+    assert (states[1]["state"], states[1]["costUsd"], states[1]["tokens"]["total"]) == ("done", 0.25, 15)
+    assert states[2]["state"] == "interrupted"      # n 2's line was carried from another run: not its own
+    assert states[3]["state"] == "interrupted"
+    assert sup.runs[r.id].agents_done == 1

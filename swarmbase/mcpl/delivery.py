@@ -11,12 +11,19 @@ happens to the notice:
 - no answer within PUSH_TIMEOUT_S, or any other error: a transient fault of the host;
   back off (1 s doubling to 300 s, jittered) and resend with the same eventId under a new
   request id (see docs/decisions.md).
+
+On shutdown the daemon drains every session before it closes the outbox: what is pending
+is pushed, and the answer to a push in flight is read and acknowledged, so a notice the
+host accepted is never delivered again after the restart (issue 25 #2: the outbox used to
+close, and the sessions be cancelled, with answers on the wire). Nothing that would wait
+(a grant, a backoff) is started while draining.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
@@ -77,6 +84,15 @@ class Delivery:
         self.s = session
         self.rng = rng
         self.held: dict[str, str] = {}     # eventId -> the host's reason, until a grant or reconnect
+        self.draining = False
+        self.running = False
+        self.drained = trio.Event()        # set when run() has returned (drained, or the session ended)
+        self._drain_wake = trio.Event()
+
+    def drain(self) -> None:
+        """Shutdown: push what is pending and finish the push in flight, then stop."""
+        self.draining = True
+        self._drain_wake.set()
 
     def release_holds(self) -> None:
         if self.held:
@@ -89,18 +105,30 @@ class Delivery:
         return self.s.caller.name
 
     async def run(self) -> None:
+        self.running = True
+        try:
+            await self._loop()
+        finally:
+            self.drained.set()
+
+    async def _loop(self) -> None:
         outbox = self.s.outbox
         attempt = 0
+        drain = self._drain_wake.wait
         while True:
             granted = self.s.grant_changed
             if not self.s.grant.can_push:
-                await granted.wait()
+                if self.draining:
+                    return
+                await first_of(granted.wait, drain)
                 continue
             added = outbox.changed_event(self._caller)
             notice = outbox.next_pending(self._caller, skip=self.held)
             if notice is None:
                 outbox.flush()
-                await first_of(added.wait, granted.wait)
+                if self.draining:
+                    return
+                await first_of(added.wait, granted.wait, drain)
                 continue
             verdict, reason = await self._push(notice)
             eid = notice["eventId"]
@@ -118,9 +146,14 @@ class Delivery:
                 if self.s.hub.first_report((self._caller, "wait-grant", reason)):
                     log.warning("caller %s: the host has not granted pushEvents (%s); notices wait for "
                                 "its next grant", self._caller, reason)
-                await granted.wait()
+                if self.draining:
+                    return
+                await first_of(granted.wait, drain)
             else:
-                await trio.sleep(backoff_delay(attempt, self.rng))
+                if self.draining:       # transient: the next daemon resends it
+                    return
+                delay = backoff_delay(attempt, self.rng)
+                await first_of(partial(trio.sleep, delay), drain)
                 attempt += 1
 
     async def _push(self, notice: dict[str, Any]) -> tuple[str, str]:

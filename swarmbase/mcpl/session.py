@@ -77,6 +77,18 @@ class Hub:
         if old is not None and old is not session:
             await old.close(CLOSE_REPLACED, "replaced by a newer connection of the same caller")
 
+    async def drain(self, timeout: float) -> None:
+        """Shutdown: every connected host gets what is pending for it, and the answers to
+        pushes in flight are acknowledged, for at most `timeout` seconds (a host that does
+        not answer gets those notices again after the restart, with the same eventIds)."""
+        deliveries = [s.delivery for s in self.sessions.values()]
+        for d in deliveries:
+            d.drain()
+        with trio.move_on_after(timeout):
+            for d in deliveries:
+                if d.running:
+                    await d.drained.wait()
+
     def detach(self, session: "Session") -> None:
         if session.caller and self.sessions.get(session.caller.name) is session:
             del self.sessions[session.caller.name]

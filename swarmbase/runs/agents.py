@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 import attrs
 import trio
 
-from ..config import Config
+from .. import fsutil
+from ..config import Config, key_file_problem
 from ..engines.base import AgentIO, AgentJob, Engine, LiveUsage
 from ..engines.strict_schema import StrictSchemaError, strict
 from ..engines.verdict import Verdict
@@ -214,8 +215,9 @@ class Agents:
                         self._end(live, rec, "failed", error=str(exc))
                     elif stop is not None and is_cancellation(exc):
                         self._end(live, rec, stop[0], error=stop[1])
-                    elif is_cancellation(exc):
-                        self._end(live, rec, "cancelled", error=f"cancelled with the run ({live.stop_reason or 'cancel'})")
+                    elif is_cancellation(exc):       # stopped with its run: it never finished
+                        self._end(live, rec, "cancelled", error=f"cancelled with the run ({live.stop_reason or 'cancel'})",
+                                  finished=False)
                     else:
                         log.exception("agent %s/%d crashed", run.id, t.n)
                         self._end(live, rec, "failed", error=self.sup.redact(f"internal error: {exc!r}"))
@@ -382,6 +384,11 @@ class Agents:
             # viewer and every other agent for its duration.
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(transcript.close)
+            if transcript.fault is not None:
+                why = fsutil.describe_disk_fault(transcript.fault, self.cfg.state_dir)
+                log.error("agent %s/%d: its transcript stops after %d lines: %s", run.id, rec.n, transcript.lines, why)
+                rec.history.append({"state": rec.state, "at": iso(time.time()),
+                                    "transcriptIncomplete": f"after {transcript.lines} lines: {why}"})
         rec.priced = usage.priced
         if deadline.cancelled_caught:
             return Verdict(ok=False, error=f"timed out after {o.timeout_ms} ms", cost_usd=answers.killed_cost(usage),
@@ -393,6 +400,9 @@ class Agents:
         path = live.caller.apiKeyFile
         if not path:
             raise AgentCallError(f"agent(): caller {live.caller.name!r} has no apiKeyFile; the engine has no key")
+        problem = key_file_problem(path)
+        if problem is not None:
+            raise AgentCallError(f"agent(): {problem}")
         try:
             key = Path(path).read_text().strip()
         except OSError as e:
@@ -438,7 +448,10 @@ class Agents:
 
     async def _journal_line(self, live: "LiveRun", key: str, rec: AgentRecord, value: Any) -> None:
         await self.sup.journal_append(live, {
-            "key": key, "n": rec.n, "label": rec.label, "ok": rec.state == "done", "state": rec.state,
+            # runId: boot finishes from this line an agent whose final record a kill cut off
+            # (carried lines of a resumed run keep their own run's id).
+            "key": key, "runId": live.run.id, "n": rec.n, "label": rec.label, "ok": rec.state == "done",
+            "state": rec.state,
             "result": value, "engine": rec.engine, "model": rec.model, "costUsd": round(rec.cost_usd, 6),
             "estimated": rec.cost_estimated, "tokens": rec.tokens.to_json(), "durationS": rec.duration_s,
             "workflow": rec.workflow, **({"worktree": rec.branch} if rec.branch else {})})
@@ -461,10 +474,14 @@ class Agents:
         live.run.spent_estimated = live.run.spent_estimated or estimated
         self.sup.spend_changed(live)
 
-    def _end(self, live: "LiveRun", rec: AgentRecord, state: str, error: str | None = None) -> None:
+    def _end(self, live: "LiveRun", rec: AgentRecord, state: str, error: str | None = None,
+             finished: bool = True) -> None:
+        """`finished`: the agent ended by itself (done, failed, skipped, a decided race), so
+        it counts in agentsDone; one stopped with its run (cancel, shutdown, timeout) does not."""
         rec.error = error
         rec.set_state(state, **({"error": error} if error else {}))
         rec.usage = None
-        live.run.agents_done += 1
+        if finished:
+            live.run.agents_done += 1
         self.sup.agent_changed(live, rec)
 

@@ -9,6 +9,7 @@ What a failed write held is put back, so a full disk loses nothing that was in m
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,8 @@ from .records import ENDED, AgentRecord
 if TYPE_CHECKING:
     from .live import LiveRun
     from .supervisor import Supervisor
+
+log = logging.getLogger("swarmbase.supervisor")
 
 FLUSH_INTERVAL_S = 0.25
 # phases.json holds every agent's row: rewritten at most every FLUSH_INTERVAL_S per
@@ -48,11 +51,29 @@ class Pending:
 
 
 async def loop(sup: "Supervisor", live: "LiveRun") -> None:
+    """A full disk does not stop the run here: what could not be written stays pending
+    (write() puts it back) and goes out at a later flush, so agents whose replies are
+    already paid for finish and are journaled rather than cancelled with the run (issue
+    25 #6). The run fails where it must have the disk: a new agent's files, its result."""
+    faulted = False
     while True:
         with trio.move_on_after(FLUSH_INTERVAL_S):
             await live.writes.urgent.wait()
         live.writes.urgent = trio.Event()
-        await write(sup, live)
+        try:
+            await write(sup, live)
+        except OSError as e:
+            fault = fsutil.disk_fault(e)
+            if fault is None:
+                raise
+            if not faulted:
+                log.error("run %s: %s; its records are kept in memory and written when space returns", live.run.id,
+                          fsutil.describe_disk_fault(fault, sup.cfg.state_dir))
+            faulted = True
+            continue
+        if faulted:
+            log.info("run %s: its records are written again", live.run.id)
+            faulted = False
 
 
 async def write(sup: "Supervisor", live: "LiveRun", final: bool = False) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,11 @@ class Loaded:
     torn: int
 
 
-def header(run_id: str, args_digest: str) -> dict[str, Any]:
-    return {"schema": SCHEMA, "v": VERSION, "runId": run_id, "args": args_digest}
+def header(run_id: str, args_digest: str, caller: str | None = None) -> dict[str, Any]:
+    """The first line. `caller` names the run's owner beside run.json, so a run whose
+    run.json is damaged can still be rebuilt for its caller (runs/rebuild.py)."""
+    head = {"schema": SCHEMA, "v": VERSION, "runId": run_id, "args": args_digest}
+    return {**head, "caller": caller} if caller else head
 
 
 def load(path: Path) -> Loaded:
@@ -95,13 +99,18 @@ def load(path: Path) -> Loaded:
 
 
 class Journal:
-    """Appends (fsync'd) to runs/<dir>/journal.jsonl."""
+    """Appends (fsync'd) to runs/<dir>/journal.jsonl.
+
+    An entry is a paid agent result: one the disk refuses (ENOSPC, EIO) is kept in
+    `pending`, in order, and written before the next one or by flush() once space
+    returns; append() still raises, so the caller knows it is not on disk yet."""
 
     def __init__(self, path: Path, run_id: str, args_digest: str, carried: list[dict[str, Any]] | None = None,
-                 chain: Any = None) -> None:
+                 chain: Any = None, caller: str | None = None) -> None:
         self.path = path
         self.chain = chain            # a swarmbase.audit.chain.ChainWriter, or None (unchained)
-        self._write(header(run_id, args_digest))
+        self.pending: list[dict[str, Any]] = []
+        self._write(header(run_id, args_digest, caller))
         # Carry the old journal's successes forward so a resume of a resume replays them too
         # (sealed again in this run's chain: their old prev/hash are replaced).
         for e in carried or []:
@@ -110,15 +119,30 @@ class Journal:
             fsutil.fsync_file(path)
 
     def _write(self, entry: dict[str, Any], durable: bool = True) -> None:
-        if self.chain is None:
-            fsutil.append_line(self.path, entry, durable=durable)
-            return
-        mark = self.chain.mark()
+        mark = self.chain.mark() if self.chain is not None else None
         try:
-            fsutil.append_bytes(self.path, self.chain.seal_line(entry), durable=durable)
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            size = 0
+        try:
+            line = (self.chain.seal_line(entry) if self.chain is not None else
+                    json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+            fsutil.append_bytes(self.path, line, durable=durable)
         except BaseException:
-            self.chain.rollback(mark)
+            if self.chain is not None:
+                self.chain.rollback(mark)
+            try:                     # a short write on a full disk must not leave half a line
+                os.truncate(self.path, size)
+            except OSError:
+                pass
             raise
 
     def append(self, entry: dict[str, Any]) -> None:
-        self._write(entry)
+        self.pending.append(entry)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what a disk fault kept back, oldest first; raises OSError while it still fails."""
+        while self.pending:
+            self._write(self.pending[0])
+            del self.pending[0]

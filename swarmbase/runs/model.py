@@ -6,6 +6,7 @@ import errno
 import json
 import re
 import secrets
+import sys
 import time
 from typing import Any, Optional
 
@@ -65,6 +66,16 @@ def _unpacked(value: Any) -> Any:
     return json.loads(value) if value is not None else None
 
 
+def _ref(v: Any) -> Optional[tuple[str, int]]:
+    """A notice's place in the outbox log, from add()'s dict, a tuple, or run.json."""
+    if isinstance(v, dict):
+        v = (v.get("log"), v.get("seq"))
+    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], int) \
+            and not isinstance(v[1], bool):
+        return (sys.intern(v[0]), v[1])      # one log id string shared by every run
+    return None
+
+
 @attrs.define
 class Run:
     id: str
@@ -101,6 +112,12 @@ class Run:
     token_target: Optional[int] = None
     description: Optional[str] = None
     repository: Optional[str] = None
+    # Where its end notice went in the outbox log, (log id, seq) from Outbox.add: lets boot
+    # queue again a notice that a torn outbox line lost (Outbox.lost_at_load).
+    notice_ref: Optional[tuple[str, int]] = attrs.field(default=None, converter=_ref)
+    # Set when run.json was damaged and this record rebuilt from the run's other files
+    # (runs/rebuild.py): {at, fault, damagedCopy, lost: [run.json keys not recovered]}.
+    rebuilt: Optional[dict[str, Any]] = None
     # The hash-chain link (swarmbase.audit.chain.run_link, set at start) and the sealed end
     # record (set once when the run ends): compact JSON text, then left in run.json once the
     # run has ended (stow_end). As nested dicts they were most of what a finished run cost
@@ -180,6 +197,8 @@ class Run:
             "resumedAs": self.resumed_as, "timeoutMs": self.timeout_ms, "budgetWarnAt": self.budget_warn_at,
             "scriptComment": self.script_comment, "tokenTarget": self.token_target, "description": self.description,
             "repository": self.repository, "link": self.link, "end": self.end,
+            "notice": {"log": self.notice_ref[0], "seq": self.notice_ref[1]} if self.notice_ref else None,
+            **({"rebuilt": self.rebuilt} if self.rebuilt else {}),
         }
 
     @classmethod
@@ -220,6 +239,8 @@ class Run:
             token_target=d.get("tokenTarget") if isinstance(d.get("tokenTarget"), int) and not isinstance(
                 d.get("tokenTarget"), bool) else None,
             description=_str(d.get("description")), repository=_str(d.get("repository")),
+            notice_ref=d.get("notice"),
+            rebuilt=d.get("rebuilt") if isinstance(d.get("rebuilt"), dict) else None,
             link=d.get("link") if isinstance(d.get("link"), dict) else None,
             end=d.get("end") if isinstance(d.get("end"), dict) else None,
         )
@@ -235,7 +256,16 @@ class Run:
             "agents": {"done": self.agents_done, "total": self.agents_total},
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
             "resumedAs": self.resumed_as,
+            **({"rebuilt": rebuilt_note(self.rebuilt)} if self.rebuilt else {}),
         }
+
+
+def rebuilt_note(rebuilt: dict[str, Any]) -> str:
+    """What a caller reads about a run whose record was rebuilt from damage."""
+    lost = [k for k in rebuilt.get("lost") or [] if isinstance(k, str)]
+    return ("its record (run.json) was damaged and was rebuilt from the run's journal, agents, log and result"
+            + (f"; not recovered: {', '.join(lost)}" if lost else "")
+            + (f"; the damaged file is kept as {rebuilt['damagedCopy']}" if rebuilt.get("damagedCopy") else ""))
 
 
 def _str(v: Any) -> Optional[str]:

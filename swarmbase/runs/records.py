@@ -22,6 +22,12 @@ ENDED = ("done", "failed", "skipped", "cancelled", "interrupted")
 ERROR_SHORT = 300
 
 
+def finished(rec: "AgentRecord") -> bool:
+    """Ended by itself (what agentsDone counts), not stopped with its run."""
+    return rec.state in ENDED and rec.state != "interrupted" and not (
+        rec.state == "cancelled" and (rec.error or "").startswith("cancelled with the run"))
+
+
 class Redactor:
     """Replaces every known secret value before text reaches a record, log or notice."""
 
@@ -144,13 +150,19 @@ def save(rec: AgentRecord, durable: bool = False) -> None:
 class Transcript:
     """The agent's stream, line by line, redacted. Appended without a per-line fsync (a
     chatty agent would pay one per event) and fsync'd once when the agent ends. Each
-    entry also goes to `on_entry` (the live agent page)."""
+    entry also goes to `on_entry` (the live agent page).
+
+    The transcript is a record, not the result: a write that fails (a full disk) stops
+    the transcript there (`fault` says why) and never the agent, whose reply is already
+    paid for (issue 25 #6: an ENOSPC here crashed agents after their reply)."""
 
     def __init__(self, path: Path, redact: Redactor, on_entry: Any = None) -> None:
         self.path = path
         self.redact = redact
         self.on_entry = on_entry
         self._fd: int | None = None
+        self.lines = 0
+        self.fault: OSError | None = None
 
     def append(self, line: bytes) -> None:
         text = self.redact(line.decode("utf-8", "replace"))
@@ -158,9 +170,15 @@ class Transcript:
             value = json_depth.loads(text, json_depth.LINE_DEPTH)
         except ValueError:             # not JSON, or nested too deep to keep as JSON
             value = {"type": "raw", "text": text[:10_000]}
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        fsutil.write_all(self._fd, json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+        if self.fault is None:
+            try:
+                if self._fd is None:
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                fsutil.write_all(self._fd, json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+                self.lines += 1
+            except OSError as e:
+                self.fault = e
+                self._close_quietly()
         if self.on_entry is not None:
             self.on_entry(value)
 
@@ -168,6 +186,15 @@ class Transcript:
         if self._fd is not None:
             try:
                 os.fsync(self._fd)
+            except OSError as e:
+                self.fault = self.fault or e
             finally:
+                self._close_quietly()
+
+    def _close_quietly(self) -> None:
+        if self._fd is not None:
+            try:
                 os.close(self._fd)
-                self._fd = None
+            except OSError:
+                pass
+            self._fd = None

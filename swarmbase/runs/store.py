@@ -2,10 +2,14 @@
 phases.json, result.json, agents/ and work/. Whole files are written atomically, logs
 appended with fsync, so a crash at any instant leaves every file readable.
 
-Boot never trusts a file it cannot parse: a run whose run.json is unreadable, or an
-entry that is not a run dir, is renamed to `<name>.damaged-<utc>` (bytes kept), reported,
-and everything else is served. A damaged file read later (phases, result, log, script)
-raises DamagedFile naming it, which tools turn into an error the caller can read.
+Boot never trusts a file it cannot parse. A run whose run.json is unreadable or missing is
+rebuilt from its other files (runs/rebuild.py), the damaged bytes kept as
+`run.json.damaged-<utc>`; only when nothing names its caller is the whole dir renamed to
+`<name>.damaged-<utc>`, as is an entry that is not a run dir. A damaged phases.json is
+rebuilt from the agent records the same way when it is read. Each is reported (`damaged`,
+shown by the dashboard) and everything else is served. Another damaged file read later
+(result, log, script) raises DamagedFile naming it, which tools turn into an error the
+caller can read.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .. import fsutil
+from ..audit import rundirs
 from ..audit.rundirs import chains_from_disk
+from . import rebuild
 from .model import Run, iso, stamp
 from .records import AgentRecord
 
@@ -42,14 +48,20 @@ class DamagedFile(Exception):
         self.fault = fault
 
 
-def quarantine(path: Path) -> Path:
-    """Rename a damaged file or dir out of the way, keeping its bytes."""
+def quarantine_name(path: Path) -> Path:
+    """A free `<name>.damaged-<utc>` beside `path`."""
     utc = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = path.with_name(f"{path.name}.damaged-{utc}")
     i = 1
     while target.exists():
         target = path.with_name(f"{path.name}.damaged-{utc}-{i}")
         i += 1
+    return target
+
+
+def quarantine(path: Path) -> Path:
+    """Rename a damaged file or dir out of the way, keeping its bytes."""
+    target = quarantine_name(path)
     path.rename(target)
     return target
 
@@ -59,6 +71,33 @@ class RunStore:
         self.state_dir = state_dir
         self.root = state_dir / "runs"
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.damaged: list[dict[str, Any]] = []     # what was found damaged: {path, fault, at}
+
+    # -- damage ------------------------------------------------------------------------
+    def report_damage(self, path: Path, fault: str) -> Path:
+        """Rename a damaged file or dir out of the way (bytes kept), note it and log it."""
+        try:
+            moved = quarantine(path)
+        except OSError as e:
+            moved = path
+            fault = f"{fault}; could not rename it: {e.strerror}"
+        self.damaged.append({"path": str(moved), "fault": fault, "at": time.time()})
+        log.warning("quarantined %s: %s (moved to %s)", path, fault, moved.name)
+        return moved
+
+    def _keep_damaged(self, path: Path, raw: bytes, fault: str) -> Path | None:
+        """A damaged file about to be replaced by a rebuilt one: its bytes kept beside it
+        (copied, so a crash in between leaves the damaged file where it was, to be rebuilt
+        again), noted."""
+        copy: Path | None = None
+        try:
+            fsutil.write_atomic(name := quarantine_name(path), raw)
+            copy = name
+        except OSError as e:
+            log.error("could not keep a copy of the damaged %s: %s", path, e.strerror)
+        self.damaged.append({"path": str(copy or path), "fault": f"{fault}; rebuilt from the run's other files",
+                             "at": time.time()})
+        return copy
 
     def dir(self, run: Run) -> Path:
         return self.root / run.dir_name
@@ -139,14 +178,35 @@ class RunStore:
         fsutil.write_json(self.dir(run) / "phases.json", phases, durable=durable)
 
     def phases(self, run: Run) -> list[dict[str, Any]]:
+        """A damaged phases.json is rebuilt from the agent records (and written back); one
+        that cannot be read at all (a directory, EIO) raises DamagedFile."""
         path = self.dir(run) / "phases.json"
         try:
-            data = fsutil.read_json(path, [])
-        except (ValueError, OSError) as e:
-            raise self._damaged(path, "not valid JSON" if isinstance(e, ValueError) else type(e).__name__) from None
-        if not isinstance(data, list) or not all(isinstance(p, dict) for p in data):
-            raise self._damaged(path, "not a list of phases")
-        return data
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise self._damaged(path, e.strerror or type(e).__name__) from None
+        try:
+            data = json.loads(raw)
+            fault = None if isinstance(data, list) and all(isinstance(p, dict) for p in data) else "not a list of phases"
+        except (ValueError, RecursionError):
+            fault = "not valid JSON"
+        if fault is None:
+            return data
+        phases = rebuild.phases_from_agents(self.agent_records(run))
+        self._keep_damaged(path, raw, f"{path} is damaged ({fault})")
+        try:
+            fsutil.write_json(path, phases)
+        except OSError as e:
+            log.error("run %s: the rebuilt phases.json could not be written: %s", run.id, e.strerror)
+        log.warning("run %s: phases.json was damaged (%s); rebuilt from %d agent records", run.id, fault,
+                    sum(len(p["agents"]) for p in phases))
+        return phases
+
+    def agent_records(self, run: Run) -> list[AgentRecord]:
+        """Every agent record of the run that can be read (the rest are skipped)."""
+        return _agent_records(self.dir(run))
 
     def save_result(self, run: Run, value: Any) -> None:
         fsutil.write_json(self.dir(run) / "result.json", {"value": value})
@@ -197,12 +257,69 @@ class RunStore:
                 if not isinstance(data, dict):
                     raise ValueError("run.json is not an object")
                 run = Run.from_json(data)
-                if run.dir_name != name:
-                    raise ValueError("run.json belongs to another run dir")
             except (ValueError, KeyError, TypeError, OSError, UnicodeDecodeError) as e:
                 fault = str(e) if isinstance(e, ValueError) and "run.json" in str(e) else \
                     f"run.json unreadable ({type(e).__name__}: {str(e)[:120]})"
-                damaged(entry, fault)
+                rebuilt = self._rebuild_run(entry, fault)
+                if rebuilt is None:
+                    damaged(entry, fault)
+                    continue
+                run = rebuilt
+            if run.dir_name != name:
+                damaged(entry, "run.json belongs to another run dir")
                 continue
             run.stow_end(entry / "run.json")      # an ended run's seal stays on disk until needed
             yield run
+
+    def _rebuild_run(self, d: Path, fault: str) -> Run | None:
+        """A run whose run.json cannot be read, rebuilt from its other files and written
+        back (the damaged bytes kept beside it); None when nothing names its caller."""
+        raw = rundirs.read_bytes(d / "run.json") or b""
+        lines, _ = fsutil.read_lines(d / "journal.jsonl")
+        head = lines[0] if lines and isinstance(lines[0], dict) else None
+        try:
+            script = (d / "script.js").read_text()
+        except (OSError, UnicodeDecodeError):
+            script = None
+        result = rundirs.read_json(d / "result.json")
+        has_result = (isinstance(result, dict) and "value" in result, _mtime(d / "result.json"))
+        last_log = next(iter(fsutil.tail_lines(d / "log.jsonl", 1)), None) if (d / "log.jsonl").is_file() else None
+        now = time.time()
+        copy_name = quarantine_name(d / "run.json").name if raw else None
+        run = rebuild.run_from_parts(d.name, rebuild.salvage_object(raw), journal_head=head,
+                                     agents=_agent_records(d), script=script, result=has_result,
+                                     last_log=last_log, log_at=_mtime(d / "log.jsonl"), fault=fault,
+                                     damaged_copy=copy_name, now=now)
+        if run is None:
+            return None
+        if raw:
+            copy = self._keep_damaged(d / "run.json", raw, f"{d / 'run.json'}: {fault}")
+            if run.rebuilt is not None:
+                run.rebuilt["damagedCopy"] = copy.name if copy else None
+        else:
+            self.damaged.append({"path": str(d / "run.json"), "fault": f"{fault}; rebuilt from the run's other files",
+                                 "at": now})
+        try:
+            self.save(run)
+        except OSError as e:
+            log.error("run %s: its rebuilt run.json could not be written (%s); served from memory", run.id, e.strerror)
+        log.warning("run %s: %s; rebuilt from its journal, agents, log and result (%s; not recovered: %s)",
+                    run.id, fault, run.status, ", ".join(run.rebuilt["lost"]) if run.rebuilt else "-")
+        return run
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _agent_records(run_dir: Path) -> list[AgentRecord]:
+    out = []
+    for n, data in rundirs.agent_records(run_dir):
+        try:
+            out.append(AgentRecord.from_json(data, run_dir / "agents" / str(n)))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out

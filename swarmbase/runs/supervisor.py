@@ -20,16 +20,17 @@ from typing import Any, Protocol
 import trio
 
 from .. import fsutil, money, notices
-from ..audit.rundirs import chains_from_disk, end_files
 from ..audit.seal import RunChains
-from ..config import Caller, Config
+from ..config import Caller, Config, key_file_problem
 from ..events import EventHub
 from ..outbox import Outbox
 from ..runner import RunnerLimits
 from . import boot, flush
+from . import deferred as deferred_mod
 from . import journal as journal_mod
 from . import run_request
 from .agent_opts import EFFORTS  # noqa: F401  (re-exported for the tool schemas)
+from .deferred import Deferred
 from .run_request import RunRefused
 from .journal import Journal
 from .live import LiveRun
@@ -43,7 +44,6 @@ from .store import DamagedFile, RunStore
 
 log = logging.getLogger("swarmbase.supervisor")
 
-RESAVE_INTERVAL_S = 5.0
 # What a resume with the Workflow call shape may set anew (besides script and args).
 RESUME_OVERRIDES = ("label", "description", "tokenTarget", "repository")
 
@@ -75,12 +75,15 @@ class Supervisor:
         self.accepting = True
         self.events = EventHub()
         self.redact = Redactor()
-        self.damaged: list[dict[str, Any]] = []
+        self.damaged = store.damaged        # what boot (and reads since) found damaged
         self.observers: list[Any] = []
         # Links handed to callers: publicUrl when configured; the daemon replaces the
         # default with its bound loopback URL once it listens.
         self.public_base = cfg.publicUrl.rstrip("/") if cfg.publicUrl else f"http://127.0.0.1:{cfg.port}"
-        self.unsaved: dict[str, Run] = {}      # ended runs whose record could not be written yet
+        # What a full disk kept in memory: journal lines (paid results) and ended runs'
+        # final records; `unsaved` (run id -> LiveRun) is also what status reads for them.
+        self.deferred = Deferred(cfg.state_dir)
+        self.unsaved = self.deferred.runs
         self._nursery: trio.Nursery | None = None
         # Warm spare runners (single-use; see spares.py), when runners start through the launcher.
         self.spares: SpareRunners | None = None
@@ -120,20 +123,27 @@ class Supervisor:
         log.info("resumed interrupted run %s as %s", run.id, new.id)
 
     async def _resave_loop(self) -> None:
-        """Ended runs whose record hit a full disk are saved again once space returns."""
+        """Journal lines and ended runs' records that hit a full disk are written once
+        space returns."""
+        def journal_lock(run_id: str) -> trio.Lock | None:
+            live = self.live.get(run_id)
+            return live.journal_lock if live is not None else None
         while True:
-            await trio.sleep(RESAVE_INTERVAL_S)
-            for run_id, run in list(self.unsaved.items()):
-                try:
-                    if not run.sealed and run.link is not None:     # its final flush failed: seal what is on disk
-                        d = self.store.dir(run)
-                        chains = await trio.to_thread.run_sync(chains_from_disk, d, run.link)
-                        run.end = chains.end_record(run.to_json(), await trio.to_thread.run_sync(end_files, d))
-                    await trio.to_thread.run_sync(self.store.save, run)
-                except OSError:
-                    continue
-                del self.unsaved[run_id]
-                log.info("run %s: its record was saved after an earlier disk fault", run_id)
+            await trio.sleep(deferred_mod.RETRY_S)
+            await self.deferred.retry(journal_lock, self._final_write)
+
+    async def _final_write(self, live: LiveRun) -> None:
+        """An ended run's records, sealed (raises OSError, keeping them, on a disk fault);
+        then its end notice, if still queued, carries the end record's hash (so a record
+        written late, once the disk takes writes again, stamps its notice too)."""
+        run = live.run
+        await flush.write(self, live, final=True)
+        end = run.end
+        eid = notices.event_id(run.id)
+        queued = self.outbox.notice(eid)
+        if end is not None and queued is not None:
+            self.outbox.amend(eid, notices.with_end_hash(queued, end["hash"]))
+        run.stow_end(self.store.dir(run) / "run.json")
 
     # -- queries ----------------------------------------------------------
     def run_url(self, run_id: str) -> str:
@@ -152,12 +162,12 @@ class Supervisor:
 
     def phases(self, run: Run) -> list[dict[str, Any]]:
         """Raises DamagedFile for an ended run whose phases.json cannot be read."""
-        live = self.live.get(run.id)
+        live = self.live.get(run.id) or self.unsaved.get(run.id)
         return live.phases_view() if live else self.store.phases(run)
 
     def recent_log(self, run: Run, n: int = 20) -> list[dict[str, Any]]:
         lines = self.store.recent_log(run, n)
-        live = self.live.get(run.id)
+        live = self.live.get(run.id) or self.unsaved.get(run.id)
         if live is not None and live.writes.log:
             lines = (lines + list(live.writes.log))[-n:]
         return lines
@@ -259,15 +269,26 @@ class Supervisor:
         self.events.publish(run.id, "log", entry)
 
     async def journal_append(self, live: LiveRun, entry: dict[str, Any]) -> None:
-        """A finished agent's journal line, fsync'd off the event loop before agent() answers."""
+        """A finished agent's journal line, fsync'd off the event loop before agent() answers.
+        A full disk keeps it in memory (the agent's paid result is not lost: it is written
+        when space returns, and resume waits for it) and the answer goes to the script."""
         assert live.journal is not None
         async with live.journal_lock:
-            await trio.to_thread.run_sync(live.journal.append, entry)
+            try:
+                await trio.to_thread.run_sync(live.journal.append, entry)
+            except OSError as e:
+                fault = fsutil.disk_fault(e)
+                if fault is None:
+                    raise
+                self.deferred.journal_refused(live.run.id, live.journal, fault)
 
     # -- start ------------------------------------------------------------
     def start(self, caller: Caller, params: dict[str, Any], carried: journal_mod.Loaded | None = None) -> Run:
         if not self.accepting or self._nursery is None:
             raise RunRefused("the daemon is shutting down and accepts no new runs")
+        problem = key_file_problem(caller.apiKeyFile)
+        if problem is not None:
+            raise RunRefused(f"this caller's runs are refused: {problem}. Fix the file; no restart is needed")
         p = run_request.plan(caller, params, self.cfg)
         active = [r for r in self.runs.values() if r.caller == caller.name and r.active]
         if len(active) >= caller.maxActiveRuns:
@@ -296,7 +317,7 @@ class Supervisor:
             live.declare_phases()
             carry = list({e["key"]: e for e in carried.lines if e.get("ok")}.values()) if carried else []
             live.journal = Journal(self.store.dir(run) / "journal.jsonl", run.id, live.args_digest, carry,
-                                   chain=chains.journal)
+                                   chain=chains.journal, caller=caller.name)
         except OSError as e:
             fault = fsutil.disk_fault(e)
             if fault is not None:
@@ -389,16 +410,16 @@ class Supervisor:
         # hash (a crash in between: boot amends it, boot.py); a record that could not be
         # written leaves the notice without one.
         notice = notices.build(run, preview, url=self.run_url(run.id))
-        self.outbox.add(run.caller, notice, hold=True)
+        # Its place in the outbox log goes into run.json: a torn outbox line then cannot
+        # lose it (boot queues it again).
+        run.notice_ref = self.outbox.add(run.caller, notice, hold=True) or self.outbox.ref(notice["eventId"])
         try:
-            await flush.write(self, live, final=True)
-            end = run.end
-            if end is not None:
-                self.outbox.amend(notice["eventId"], notices.with_end_hash(notice, end["hash"]))
-            run.stow_end(self.store.dir(run) / "run.json")
+            if not await self.deferred.write_journal(run.id):
+                raise OSError("its journal could not be written yet")     # sealed once it is
+            await self._final_write(live)
         except OSError as e:
             log.error("run %s: its end could not be written (%s); kept in memory, retried", run.id, e)
-            self.unsaved[run.id] = run
+            self.unsaved[run.id] = live
         self.outbox.release(notice["eventId"])
         if not self.keeps_work(run):
             self.store.delete_work(run)
@@ -414,6 +435,9 @@ class Supervisor:
         old = self.get(caller.name, run_id)
         if old.active:
             raise RunRefused(f"run {old.id} is still {old.status}; cancel it or let it end before resuming")
+        waiting = self.deferred.journal_now(old.id)     # its paid results first, or they would run again
+        if waiting is not None:
+            raise RunRefused(f"cannot resume {old.id}: {waiting}; retry once the disk has space")
         try:
             loaded = journal_mod.load(self.store.dir(old) / "journal.jsonl")
             script = self.store.script(old)
@@ -421,6 +445,12 @@ class Supervisor:
             raise RunRefused(f"cannot resume {old.id}: {e}") from None
         except DamagedFile as e:
             raise RunRefused(f"cannot resume {old.id}: {e}") from None
+        # A record rebuilt from damage lacks what only run.json held: those fall back to the
+        # caller's defaults, and lost args are asked for rather than guessed (keys hash them).
+        lost = set(old.rebuilt.get("lost") or []) if old.rebuilt else set()
+        if "args" in lost and "args" not in params:
+            raise RunRefused(f"cannot resume {old.id}: its record was rebuilt from a damaged run.json and its "
+                             f"args were not recovered; call resume again with args")
         # An edited script (Claude Code's resumeFromRunId with a new script) replays the calls
         # it still makes the same way: the journal is keyed by content, not position.
         new_params = {"script": params.get("script", script), "args": params["args"] if "args" in params else old.args,
@@ -428,12 +458,13 @@ class Supervisor:
                       "budgetUsd": old.budget_usd, "budgetTokens": old.budget_tokens, "keepWork": old.keep_work,
                       "resumedFrom": old.id, "timeoutMs": old.timeout_ms, "budgetWarnAt": old.budget_warn_at,
                       "tokenTarget": old.token_target, "description": old.description, "repository": old.repository}
-        new_params = {k: v for k, v in new_params.items() if v is not None or k == "args"}
+        new_params = {k: v for k, v in new_params.items() if (v is not None or k == "args") and k not in lost - {"args"}}
         new_params.update({k: params[k] for k in RESUME_OVERRIDES if k in params and params[k] is not None})
         new = self.start(caller, new_params, carried=loaded)
         old.resumed_as = new.id
         try:
-            self.store.save(old)
+            if old.id not in self.unsaved:       # else its (sealed) final write carries it
+                self.store.save(old)
         except OSError as e:
             log.warning("run %s: could not record resumedAs: %s", old.id, e)
         self.changed(old)
@@ -470,3 +501,4 @@ class Supervisor:
             live.scope.cancel()
         for live in pending:
             await live.finished.wait()
+        await self.deferred.last_chance(self._final_write)

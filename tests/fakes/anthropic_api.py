@@ -18,7 +18,8 @@ The scenario is chosen by a marker in the prompt text, `[[name]]` or `[[name:arg
   [[slow:SECONDS]]    stream the reply with a pause of SECONDS between events
   [[hang]]            send message_start, then never finish
   [[sleep:SECONDS]]   wait before answering (a slow but healthy agent)
-  [[gate]]            wait until the test sets `gate` (an event), then answer
+  [[gate]]            wait until the test sets `gate` (an event), then answer as the rest of
+                      the prompt says (`[[gate]] [[text:X]]`: X, once the gate opens)
   [[echokey]]         reply with the x-api-key header it received (a leaking agent)
 
 Every request is recorded (headers and body) with the time it arrived; `live` counts
@@ -121,7 +122,7 @@ class FakeAnthropic:
 
     async def answer(self, body: dict[str, Any], prompt: str, headers: dict[str, str]) -> Any:
         model = body.get("model", "claude-test")
-        m = re.search(r"\[\[(\w+)(?::(.*?))?\]\]", prompt, re.S)
+        m = re.search(r"\[\[(\w+)(?::(.*?))?\]\]", prompt.replace("[[gate]]", ""), re.S)
         kind, arg = (m.group(1), m.group(2)) if m else ("echo", None)
         err = {"401": (401, "authentication_error", "invalid x-api-key"),
                "500": (500, "api_error", "internal failure")}.get(kind)
@@ -135,7 +136,7 @@ class FakeAnthropic:
         done_tools = tool_results(body)
         if kind == "sleep":
             await trio.sleep(float(arg))
-        if kind == "gate":
+        if "[[gate]]" in prompt:
             await self.gate.wait()
         if kind == "usage":
             a, b = arg.split(",")

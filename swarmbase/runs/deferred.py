@@ -1,0 +1,100 @@
+"""What a full disk kept in memory, and writing it once space returns (issue 25 #6).
+
+Two kinds: journal lines (paid agent results: `Journal.pending`) of runs live or ended,
+and ended runs whose final write failed (their LiveRun, with every record still to write).
+Journals go first on every pass: a run is sealed only over its whole journal, and a resume
+reads the journal, so it waits for (or forces) the write rather than re-run paid agents.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+import trio
+
+from .. import fsutil
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .journal import Journal
+    from .live import LiveRun
+
+log = logging.getLogger("swarmbase.supervisor")
+
+RETRY_S = 5.0
+
+
+class Deferred:
+    def __init__(self, state_dir: "Path") -> None:
+        self.state_dir = state_dir
+        self.journals: dict[str, Journal] = {}      # run id -> its journal with pending lines
+        self.runs: dict[str, LiveRun] = {}          # ended runs whose final records wait
+
+    def journal_refused(self, run_id: str, journal: "Journal", fault: OSError) -> None:
+        if run_id not in self.journals:
+            log.error("run %s: %s; its finished agents' results are kept in memory and journaled when space "
+                      "returns", run_id, fsutil.describe_disk_fault(fault, self.state_dir))
+        self.journals[run_id] = journal
+
+    async def write_journal(self, run_id: str) -> bool:
+        """True when the run has no journal line waiting (any more)."""
+        journal = self.journals.get(run_id)
+        if journal is None:
+            return True
+        n = len(journal.pending)
+        try:
+            await trio.to_thread.run_sync(journal.flush)
+        except OSError:
+            return False
+        del self.journals[run_id]
+        log.info("run %s: %d agent result(s) journaled after a disk fault", run_id, n)
+        return True
+
+    def journal_now(self, run_id: str) -> str | None:
+        """For resume (on the loop, the run has ended): write its waiting lines at once;
+        why not, if they still cannot be written."""
+        journal = self.journals.get(run_id)
+        if journal is None:
+            return None
+        try:
+            journal.flush()
+        except OSError as e:
+            return (f"{len(journal.pending)} of its agent results are not journaled yet "
+                    f"({fsutil.describe_disk_fault(e, self.state_dir)})")
+        del self.journals[run_id]
+        return None
+
+    async def retry(self, journal_lock: Callable[[str], trio.Lock | None],
+                    final_write: Callable[["LiveRun"], Awaitable[None]]) -> None:
+        """One pass: every waiting journal (under its live run's journal lock), then the
+        final write of every ended run whose journal is whole."""
+        for run_id in list(self.journals):
+            lock = journal_lock(run_id)
+            if lock is None:
+                await self.write_journal(run_id)
+            else:
+                async with lock:
+                    await self.write_journal(run_id)
+        for run_id, live in list(self.runs.items()):
+            if run_id in self.journals:
+                continue
+            try:
+                await final_write(live)
+            except OSError:
+                continue
+            del self.runs[run_id]
+            log.info("run %s: its record was saved after an earlier disk fault", run_id)
+
+    async def last_chance(self, final_write: Callable[["LiveRun"], Awaitable[None]]) -> None:
+        """Shutdown (no run is live): one more pass; what still cannot be written is lost
+        with this daemon, and the log says so."""
+        lost = {run_id: len(j.pending) for run_id, j in self.journals.items()}
+        await self.retry(lambda run_id: None, final_write)
+        for run_id in self.journals:
+            log.error("run %s: %d paid agent result(s) could not be journaled (the disk still refuses) and "
+                      "are lost with this daemon; a resume runs them again", run_id, lost[run_id])
+        for run_id in self.runs:
+            log.error("run %s: its final records could not be written (the disk still refuses); the next "
+                      "start finds it as the disk has it", run_id)
