@@ -214,8 +214,10 @@ def interpreter_paths(bin_path: str, search_path: str) -> list[str]:
             interp = words[0]
             if os.path.basename(interp) == "env" and len(words) > 1:
                 interp = shutil.which(words[1], path=search_path) or ""
-            if interp:
-                real_interp = os.path.realpath(interp)
-                prefix = os.path.dirname(os.path.dirname(real_interp))
-                out.append(prefix if prefix not in ("/", "") else os.path.dirname(real_interp))
+            # Both the prefix the shebang names and the one it resolves to: a venv's
+            # `bin/python` is a symlink into the base install, and exec needs the link.
+            named = (os.path.abspath(interp), os.path.realpath(interp)) if interp else ()
+            for spelled in dict.fromkeys(named):
+                prefix = os.path.dirname(os.path.dirname(spelled))
+                out.append(prefix if prefix not in ("/", "") else os.path.dirname(spelled))
     return [p for p in dict.fromkeys(out) if p and p != "/"]

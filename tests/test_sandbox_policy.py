@@ -16,7 +16,7 @@ from swarmbase.identity import SandboxUser
 from swarmbase.launch.pins import LaunchRefused, pin
 from swarmbase.runs.git_sandbox import sanitized
 from swarmbase.runs.worktrees import WorktreeError, find_repository
-from swarmbase.sandbox import Confinement, HostLayout, bwrap_argv
+from swarmbase.sandbox import Confinement, HostLayout, bwrap_argv, interpreter_paths
 
 LAYOUT = HostLayout(symlinks=(("/bin", "usr/bin"),), dirs=(), bwrap="/usr/bin/bwrap", setpriv="/usr/bin/setpriv")
 NOBODY = SandboxUser(uid=65534, gid=65534, name="nobody")
@@ -203,3 +203,19 @@ def test_what_the_worktree_commit_printed_is_read_back() -> None:
     failed = finished("fatal: unable to write new index file\nstatus 128\nremoved\n")
     assert failed["error"] == "fatal: unable to write new index file" and failed["removed"] and not failed["commit"]
     assert finished("status 0\n")["removed"] is False          # kept, or the unregistering failed
+
+
+def test_a_script_cli_gets_its_venv_and_the_base_install_it_links_to(tmp_path: Path) -> None:
+    # A CLI whose shebang names a venv's python: exec inside the sandbox needs the venv's
+    # link as well as the install it resolves to (the clean-checkout suite hit this).
+    base = tmp_path / "base"
+    (base / "bin").mkdir(parents=True)
+    (base / "bin" / "python3").write_text("")
+    venv = tmp_path / "proj" / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(base / "bin" / "python3")
+    cli = tmp_path / "tools" / "claude"
+    cli.parent.mkdir()
+    cli.write_text(f"#!{venv / 'bin' / 'python'}\nprint(1)\n")
+    paths = interpreter_paths(str(cli), "/usr/bin")
+    assert str(cli.parent) in paths and str(venv) in paths and str(base) in paths
