@@ -6,4 +6,5 @@ conformance suite (tests/test_conformance.py) and the peer bench (bench/) share 
 - claude_code.ClaudeCodePeer: runs a Workflow call through `claude -p`, reads its record.
 - daemon_side.swarmbase_daemon: a real daemon process; SwarmBaseDaemon.run does the same
   call through the `run` tool.
+- counted_model.CountedModel: the same fake, counting every request (the bench's figures).
 """

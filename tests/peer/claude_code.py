@@ -60,6 +60,8 @@ class ClaudeCodePeer:
     cwd: Path
     max_concurrent: int = 16
     runs: int = 0
+    # A command the CLI is started under, its argv appended (bench/: one that enters a cgroup).
+    launcher: tuple[str, ...] = ()
 
     def env(self) -> dict[str, str]:
         return {
@@ -91,8 +93,8 @@ class ClaudeCodePeer:
         token = self.model.expect(calls)
         # A "+N" directive in the user's prompt is how Claude Code gets a token target.
         prompt = f"conformance-run {token}" + (f" +{token_target}" if token_target is not None else "")
-        argv = [str(CLAUDE), "-p", prompt, "--allowedTools", "Workflow", "--output-format", "stream-json",
-                "--verbose"]
+        argv = [*self.launcher, str(CLAUDE), "-p", prompt, "--allowedTools", "Workflow", "--output-format",
+                "stream-json", "--verbose"]
         if resume_session:
             argv += ["--resume", resume_session]
         self.runs += 1

@@ -12,6 +12,7 @@ One daemon serves every run of a suite.
 from __future__ import annotations
 
 import json
+import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -45,6 +46,7 @@ class SwarmBaseDaemon:
     host: HostClient
     state: Path
     roots: Path
+    pid: int = 0                     # the daemon process's (bench/ reads its own CPU)
 
     async def tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         return await self.host.tool(name, arguments)
@@ -85,11 +87,14 @@ def config(state: Path, roots: Path, model_url: str, **extra: Any) -> tuple[Path
 
 
 @asynccontextmanager
-async def swarmbase_daemon(base: Path, model_url: str, **extra: Any) -> AsyncIterator[SwarmBaseDaemon]:
+async def swarmbase_daemon(base: Path, model_url: str, *, launcher: tuple[str, ...] = (),
+                           **extra: Any) -> AsyncIterator[SwarmBaseDaemon]:
     """A daemon process on a fresh state dir under `base`, its caller `peer` allowed to read
-    and write under base/roots."""
+    and write under base/roots; `launcher`: a command it is started under (its argv
+    appended, and it must exec it: the pid is the daemon's), e.g. one that enters a cgroup."""
     state, roots = base / "state", base / "roots"
     path, token = config(state, roots, model_url, **extra)
-    async with cli_daemon(path) as d, connect(d.ws, token) as host:
+    argv = [*launcher, sys.executable, "-m", "swarmbase"] if launcher else None
+    async with cli_daemon(path, argv=argv) as d, connect(d.ws, token) as host:
         await host.handshake()
-        yield SwarmBaseDaemon(host=host, state=state, roots=roots)
+        yield SwarmBaseDaemon(host=host, state=state, roots=roots, pid=d.proc.pid)
