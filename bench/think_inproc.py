@@ -41,13 +41,14 @@ def row(name: str, figs: list[Figures], n: int) -> str:
     own = statistics.median(f.own_s or 0.0 for f in figs)
     tree = statistics.median(f.cpu_s for f in figs)
     rest = max(tree - own, 0.0)
-    reqs = statistics.median(sum(f.requests.values()) for f in figs)
+    reqs = statistics.median(f.requests["total"] for f in figs)
     return (f"| {name} | {wall:.2f} s | {1000 * wall / n:.1f} ms | {1000 * own / n:.1f} ms | {1000 * rest / n:.1f} ms | "
             f"{1000 * tree / n:.1f} ms | {reqs:.0f} |")
 
 
 async def main(args: argparse.Namespace) -> None:
-    TreeCgroup.sweep_stale()
+    # No TreeCgroup.sweep_stale(): on this branch's tree_cgroup it would remove the groups of
+    # another bench still running (fixed on main since).
     try:
         trees = {p: TreeCgroup.create(f"think-{p}") for p in PATHS}
     except CgroupUnavailable as e:
@@ -71,7 +72,7 @@ async def main(args: argparse.Namespace) -> None:
                                              daemon_pid=sb.pid)
                     ok = run.status == "completed" and run.result == args.agents
                     print(f"round {rnd} {p:<9} wall {fig.wall_s:.2f} s, tree CPU {fig.cpu_s:.2f} s, daemon "
-                          f"{fig.own_s or 0:.2f} s, requests {sum(fig.requests.values())}"
+                          f"{fig.own_s or 0:.2f} s, requests {fig.requests['total']}"
                           + ("" if ok else f"  PROBLEM: {run.status} {run.result} {run.error}"), flush=True)
                     figures[p].append(fig)
             n.cancel_scope.cancel()

@@ -28,6 +28,7 @@ import httpx
 import trio
 
 from .meter import EventScanner, event_data
+from .think_messages import obj
 
 RETRY_STATUSES = frozenset({408, 409, 429})
 RETRY_AFTER_MAX_S = 60.0
@@ -167,5 +168,5 @@ def _error_message(text: str) -> str:
 
 
 def _sse_error(data: Any) -> str:
-    err = data.get("error") if isinstance(data, dict) and isinstance(data.get("error"), dict) else {}
+    err = obj(data.get("error")) if isinstance(data, dict) else {}
     return f"{err.get('type') or 'error'}: {err.get('message') or ''}"[:500]

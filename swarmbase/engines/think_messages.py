@@ -47,6 +47,11 @@ MAX_TURNS = 6          # requests per agent turn: the CLI's corrections are boun
 BIG_OUTPUT_MODELS = ("claude-opus-5", "claude-sonnet-5", "claude-haiku-5", "claude-fable-5")
 
 
+def obj(value: Any) -> dict[str, Any]:
+    """A JSON object, or {} for anything else (the stream is the model's: never trusted)."""
+    return value if isinstance(value, dict) else {}
+
+
 def model_name(model: str | None) -> str:
     """The CLI's alias table; full and unknown names are sent verbatim."""
     return prices.ALIASES.get(model or "", model or "claude-opus-5-5")
@@ -104,15 +109,15 @@ class Reply:
             return
         kind = ev.get("type")
         if kind == "message_start":
-            msg = ev.get("message") if isinstance(ev.get("message"), dict) else {}
+            msg = obj(ev.get("message"))
             self.id = str(msg.get("id") or "")
             self.model = msg.get("model") if isinstance(msg.get("model"), str) else None
             self.usage = _usage_tokens(msg.get("usage") or {})
         elif kind == "content_block_start":
-            block = ev.get("content_block") if isinstance(ev.get("content_block"), dict) else {}
+            block = obj(ev.get("content_block"))
             self.blocks.append(dict(block))
         elif kind == "content_block_delta" and self.blocks:
-            delta = ev.get("delta") if isinstance(ev.get("delta"), dict) else {}
+            delta = obj(ev.get("delta"))
             block = self.blocks[-1]
             for key, field in (("text", "text"), ("thinking", "thinking"), ("signature", "signature")):
                 if isinstance(delta.get(key), str):
@@ -122,7 +127,7 @@ class Reply:
                 self.json_parts.setdefault(len(self.blocks) - 1, []).append(delta["partial_json"])
                 self.chars += len(delta["partial_json"])
         elif kind == "message_delta":
-            delta = ev.get("delta") if isinstance(ev.get("delta"), dict) else {}
+            delta = obj(ev.get("delta"))
             self.stop_reason = delta.get("stop_reason") if isinstance(delta.get("stop_reason"), str) else None
             out = (ev.get("usage") or {}).get("output_tokens") if isinstance(ev.get("usage"), dict) else None
             if isinstance(out, int) and not isinstance(out, bool):
@@ -130,7 +135,7 @@ class Reply:
         elif kind == "message_stop":
             self.stopped = True
         elif kind == "error":
-            err = ev.get("error") if isinstance(ev.get("error"), dict) else {}
+            err = obj(ev.get("error"))
             self.error = f"{err.get('type') or 'error'}: {err.get('message') or ''}"[:500]
 
     @property

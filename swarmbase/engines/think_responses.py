@@ -22,7 +22,7 @@ from ..prices import Tokens
 from . import framing
 from .claude import header_safe
 from .meter import usage_tokens
-from .think_messages import USER_AGENT
+from .think_messages import USER_AGENT, obj
 
 SCHEMA_NAME = "codex_output_schema"
 
@@ -72,17 +72,17 @@ class Reply:
             self.started = True
             self.chars += len(ev["delta"])
         elif kind == "response.output_item.done":
-            item = ev.get("item") if isinstance(ev.get("item"), dict) else {}
+            item = obj(ev.get("item"))
             if item.get("type") == "message":
                 for c in item.get("content") or []:
                     if isinstance(c, dict) and c.get("type") == "output_text" and isinstance(c.get("text"), str):
                         self.texts.append(c["text"])
         elif kind in ("response.completed", "response.incomplete", "response.failed"):
-            resp = ev.get("response") if isinstance(ev.get("response"), dict) else {}
+            resp = obj(ev.get("response"))
             self.status = kind.split(".", 1)[1]
             self.usage = usage_tokens(resp.get("usage"))
             if kind == "response.failed":
-                err = resp.get("error") if isinstance(resp.get("error"), dict) else {}
+                err = obj(resp.get("error"))
                 self.error = str(err.get("message") or "the response failed")[:2000]
         elif kind == "error":
             self.error = str(ev.get("message") or (ev.get("error") or {}).get("message") or "stream error")[:2000]
