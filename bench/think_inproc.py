@@ -47,8 +47,7 @@ def row(name: str, figs: list[Figures], n: int) -> str:
 
 
 async def main(args: argparse.Namespace) -> None:
-    # No TreeCgroup.sweep_stale(): on this branch's tree_cgroup it would remove the groups of
-    # another bench still running (fixed on main since).
+    TreeCgroup.sweep_stale()
     try:
         trees = {p: TreeCgroup.create(f"think-{p}") for p in PATHS}
     except CgroupUnavailable as e:

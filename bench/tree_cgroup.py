@@ -125,14 +125,16 @@ class TreeCgroup:
 
     @staticmethod
     def sweep_stale(name_filter: str = PREFIX) -> list[Path]:
-        """Removes empty bench cgroups a killed bench left behind (not its own)."""
+        """Removes empty bench cgroups a killed bench left behind (not those of a live bench)."""
         mount = cgroup2_mount(_read("/proc/self/mounts"))
         own = own_cgroup(_read("/proc/self/cgroup"))
         if mount is None or own is None:
             return []
         removed = []
         for d in (mount / own.lstrip("/")).glob(f"{name_filter}*"):
-            if d.name.startswith(f"{PREFIX}{os.getpid()}-"):
+            owner = d.name[len(PREFIX):].split("-", 1)[0]
+            # Another bench that is still running keeps its groups, empty between runs.
+            if owner.isdigit() and (int(owner) == os.getpid() or os.path.exists(f"/proc/{owner}")):
                 continue
             try:
                 d.rmdir()

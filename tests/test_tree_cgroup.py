@@ -87,3 +87,27 @@ def _gone(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
+
+
+def test_a_sweep_removes_a_dead_benchs_groups_and_keeps_a_live_ones() -> None:
+    # A bench's groups are empty between its runs: the sweep of a second bench started
+    # meanwhile must not remove them (it did, and the first bench's next read failed).
+    mount = cgroup2_mount(Path("/proc/self/mounts").read_text())
+    own = own_cgroup(Path("/proc/self/cgroup").read_text())
+    assert mount is not None and own is not None
+    live = subprocess.Popen(["sleep", "30"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    base = mount / own.lstrip("/")
+    kept, swept = base / f"swarmbase-bench-{live.pid}-test", base / f"swarmbase-bench-{dead.pid}-test"
+    try:
+        kept.mkdir()
+        swept.mkdir()
+        removed = TreeCgroup.sweep_stale()
+        assert swept in removed and not swept.exists() and kept.exists()
+    finally:
+        live.kill()
+        live.wait()
+        for d in (kept, swept):
+            if d.exists():
+                d.rmdir()
