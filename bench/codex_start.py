@@ -73,7 +73,7 @@ async def one_store(tmp: Path, api_url: str, n_runs: int, n_agents: int, sandbox
             _, services = await nursery.start(lambda task_status: daemon.serve(cfg, task_status=task_status))
             sup = services.supervisor
             assert len(sup.runs) == n_runs
-            engine = sup.agents.engines["codex"]
+            engine = sup.agents.engines["codex"].cli
             original_run = engine.run
 
             async def timed_run(job: Any, io: Any) -> Any:

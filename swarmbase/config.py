@@ -32,6 +32,9 @@ PLACEMENTS = ("local", "ray")
 class ClaudeEngine:
     bin: str = _f("bin", "claude")
     baseUrl: Optional[str] = _f("baseUrl", None)
+    # think agents as one Messages API request made by the daemon (engines/think_run.py);
+    # false: a `claude -p` each, e.g. for a subscription login the daemon cannot use.
+    inProcessThink: bool = _f("inProcessThink", True)
 
 
 @attrs.frozen
@@ -43,6 +46,7 @@ class CodexEngine:
     defaultModel: Optional[str] = _f("defaultModel", None)
     maxTokensDefault: int = _f("maxTokensDefault", 3_000_000, lo=1_000)
     maxTokensMax: int = _f("maxTokensMax", 3_000_000, lo=1_000)
+    inProcessThink: bool = _f("inProcessThink", True)     # think agents through the Responses API
 
 
 @attrs.frozen

@@ -30,6 +30,9 @@ from .config import Config, key_file_problems
 from .engines.claude_agent import ClaudeEngine
 from .engines.codex_agent import CodexEngine
 from .engines.meter import Meter
+from .engines.think_codex import CodexThink
+from .engines.think_route import ThinkRouter
+from .engines.think_run import ClaudeThink
 from .lag import LagProbe
 from .launch.local import LocalLauncher
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
@@ -90,10 +93,11 @@ def build_services(cfg: Config, agents: AgentService | None = None,
     meter = None
     engines: dict[str, Any] = {}
     if cfg.engines.claude is not None:
-        engines["claude"] = ClaudeEngine(cfg)
+        engines["claude"] = ThinkRouter(ClaudeEngine(cfg), ClaudeThink(cfg), cfg.engines.claude.inProcessThink)
     if cfg.engines.codex is not None:
         meter = Meter(redact=sup.redact)
-        engines["codex"] = CodexEngine(cfg, meter, deny=CodexDenyList(cfg, sup))
+        engines["codex"] = ThinkRouter(CodexEngine(cfg, meter, deny=CodexDenyList(cfg, sup)), CodexThink(cfg),
+                                       cfg.engines.codex.inProcessThink)
     if agents is None:
         sup.agents.engines.update(engines)
     ray = None

@@ -15,9 +15,14 @@ from typing import Any, Callable
 
 import trio
 
-TICK_S = 0.02          # while the daemon has work (a wake-up costs ~0.3 ms of CPU here)
+# While the daemon has work. A wake-up costs 0.1 to 0.6 ms of CPU (the latter at load 40):
+# at 20 ms the probe alone was 13 ms of CPU a second, 40 % of the daemon's own CPU per
+# agent next to `read` CLI agents (issue 23 item 3: bench/peer_workflow.py --cases read-40);
+# at 100 ms it is 3 ms a second. A stall shorter than a tick is caught when it overlaps a
+# wake-up (so in proportion to its length); one of a tick or more, always.
+TICK_S = 0.1
 IDLE_TICK_S = 1.0      # while it has none: an idle daemon stays near 0 % CPU
-WINDOW = 1500          # samples kept: about 30 s of a busy loop
+WINDOW = 300           # samples kept: about 30 s of a busy loop
 
 
 class LagProbe:

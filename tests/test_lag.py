@@ -33,7 +33,7 @@ async def test_it_ticks_fast_only_while_the_daemon_is_busy(autojump_clock: trio.
         await trio.sleep(10)
         n.cancel_scope.cancel()
     assert 9 <= idle <= 11                                  # one a second while idle
-    assert len(p.samples) - idle >= 450                     # one every 20 ms while busy
+    assert len(p.samples) - idle >= 90                      # one every 100 ms while busy
 
 
 async def test_a_step_that_holds_the_loop_shows_as_lag() -> None:

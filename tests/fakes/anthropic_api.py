@@ -21,6 +21,10 @@ The scenario is chosen by a marker in the prompt text, `[[name]]` or `[[name:arg
   [[gate]]            wait until the test sets `gate` (an event), then answer as the rest of
                       the prompt says (`[[gate]] [[text:X]]`: X, once the gate opens)
   [[echokey]]         reply with the x-api-key header it received (a leaking agent)
+  [[cut]]             message_start and one text delta, then the stream ends (no message_stop)
+  [[429:N]]           the first N requests with this prompt get HTTP 429 with `retry-after: 1`
+  [[drip:N]]          N text deltas of 1000 characters, 0.05 s apart (`drip_sent` counts the
+                      ones written; `disconnects` the streams whose client went away first)
 
 Every request is recorded (headers and body) with the time it arrived; `live` counts
 requests in flight, `max_live` its peak.
@@ -30,7 +34,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import attrs
 import trio
@@ -96,6 +101,9 @@ class FakeAnthropic:
     url: str = ""
     closed_early: int = 0
     gate: trio.Event = attrs.Factory(trio.Event)
+    drip_sent: int = 0
+    disconnects: int = 0
+    refused: dict[str, int] = attrs.Factory(dict)
 
     def app(self) -> QuartTrio:
         app = QuartTrio("fake-anthropic")
@@ -122,13 +130,21 @@ class FakeAnthropic:
 
     async def answer(self, body: dict[str, Any], prompt: str, headers: dict[str, str]) -> Any:
         model = body.get("model", "claude-test")
-        m = re.search(r"\[\[(\w+)(?::(.*?))?\]\]", prompt.replace("[[gate]]", ""), re.S)
+        scenario = prompt.replace("[[gate]]", "")
+        limited = re.search(r"\[\[429:(\d+)\]\]", scenario)
+        if limited and self.refused.get(prompt, 0) >= int(limited.group(1)):
+            scenario = scenario.replace(limited.group(0), "")       # refused enough: answer as the rest says
+        m = re.search(r"\[\[(\w+)(?::(.*?))?\]\]", scenario, re.DOTALL)
         kind, arg = (m.group(1), m.group(2)) if m else ("echo", None)
         err = {"401": (401, "authentication_error", "invalid x-api-key"),
                "500": (500, "api_error", "internal failure")}.get(kind)
         if err:
             return Response(json.dumps({"type": "error", "error": {"type": err[1], "message": err[2]}}),
                             status=err[0], content_type="application/json")
+        if kind == "429" and self.refused.get(prompt, 0) < int(arg):
+            self.refused[prompt] = self.refused.get(prompt, 0) + 1
+            return Response(json.dumps({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
+                            status=429, content_type="application/json", headers={"retry-after": "1"})
         usage = (1000, 50)
         pause = 0.0
         hang = False
@@ -180,6 +196,11 @@ class FakeAnthropic:
         elif kind == "hang":
             hang = True
             blocks = []
+        elif kind == "cut":
+            return Response(b"".join(message_events(model, [{"type": "text", "text": "half an ans"}], "end_turn",
+                                                     usage)[:3]), content_type="text/event-stream")
+        elif kind == "drip":
+            return self.drip(model, int(arg))
         else:
             blocks = [{"type": "text", "text": "echo: " + prompt[-200:]}]
         events = message_events(model, blocks, stop, usage)
@@ -199,6 +220,29 @@ class FakeAnthropic:
                 self.live -= 1
 
         resp = Response(stream(), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        resp.timeout = None
+        return resp
+
+    def drip(self, model: str, n: int) -> Any:
+        events = message_events(model, [{"type": "text", "text": ""}], "end_turn", (1000, n * 250))
+
+        async def stream() -> AsyncIterator[bytes]:
+            finished = False
+            try:
+                yield events[0] + events[1]
+                for _ in range(n):
+                    await trio.sleep(0.05)
+                    yield sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                      "delta": {"type": "text_delta", "text": "x" * 1000}})
+                    self.drip_sent += 1
+                for ev in events[2:]:
+                    yield ev
+                finished = True
+            finally:
+                if not finished:
+                    self.disconnects += 1
+
+        resp = Response(stream(), content_type="text/event-stream")
         resp.timeout = None
         return resp
 

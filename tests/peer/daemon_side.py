@@ -73,27 +73,29 @@ class SwarmBaseDaemon:
                             phases=status.get("phases", []))
 
 
-def config(state: Path, roots: Path, model_url: str, **extra: Any) -> tuple[Path, str]:
+def config(state: Path, roots: Path, model_url: str, in_process_think: bool = True, **extra: Any) -> tuple[Path, str]:
+    """`in_process_think`: think agents as requests made by the daemon (the default a user
+    gets), else a `claude -p` each."""
     key = state / f"{CALLER}.key"
     state.mkdir(parents=True, exist_ok=True)
     key.write_text("sk-ant-peer-0000\n")
     key.chmod(0o600)
     roots.mkdir(parents=True, exist_ok=True)
     path, tokens = write_config(
-        state, callers=[CALLER], engines={"claude": {"bin": str(CLAUDE), "baseUrl": model_url}},
+        state, callers=[CALLER], engines={"claude": {"bin": str(CLAUDE), "baseUrl": model_url, "inProcessThink": in_process_think}},
         caller_extra={"apiKeyFile": str(key), "cwdRoots": [str(roots)], "maxProfile": "write",
                       "maxActiveRuns": 100, "runUsdMax": 100, "runUsdDefault": 20}, **extra)
     return path, tokens[CALLER]
 
 
 @asynccontextmanager
-async def swarmbase_daemon(base: Path, model_url: str, *, launcher: tuple[str, ...] = (),
+async def swarmbase_daemon(base: Path, model_url: str, *, launcher: tuple[str, ...] = (), in_process_think: bool = True,
                            **extra: Any) -> AsyncIterator[SwarmBaseDaemon]:
     """A daemon process on a fresh state dir under `base`, its caller `peer` allowed to read
     and write under base/roots; `launcher`: a command it is started under (its argv
     appended, and it must exec it: the pid is the daemon's), e.g. one that enters a cgroup."""
     state, roots = base / "state", base / "roots"
-    path, token = config(state, roots, model_url, **extra)
+    path, token = config(state, roots, model_url, in_process_think, **extra)
     argv = [*launcher, sys.executable, "-m", "swarmbase"] if launcher else None
     async with cli_daemon(path, argv=argv) as d, connect(d.ws, token) as host:
         await host.handshake()

@@ -1,0 +1,187 @@
+"""Agents that need no tools run inside the daemon (issue 23): a claude `think` agent is one
+streamed Messages API request the daemon makes itself (engines/think_messages.py), a codex
+one a Responses API request (engines/think_codex.py). Both are Engines, so the agent
+service's caps, budgets, schema nudges, records, journal and cancel scope are the ones a
+CLI agent has; engines/think_route.py picks them for think agents.
+
+Why: a think agent through its CLI is a sandboxed process start (~1 CPU-s and a few hundred
+MB for `claude -p`) to make one HTTP request. Here it is that request: no process, so no
+sandbox is needed (nothing runs that could touch a file or the network beyond the one
+request to the engine's own API, with the caller's key, as the CLI would make it).
+
+The lifecycle of one turn: stream the request (engines/think_http.py: the CLIs' retries),
+keep the live usage current (input from message_start, output from message_delta or the
+streamed text / 4 meanwhile) and priced from the model's row, stop the stream when that
+crosses the agent's USD reservation (as the meter does for codex), write the CLI's
+stream-json shapes to the transcript, and judge the outcome with the CLI's own rules
+(engines/claude.py). Cost is exact when every response reported its final usage, else an
+estimate from what streamed, marked so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import httpx
+
+from .. import money, prices
+from ..config import Config
+from ..prices import Tokens
+from . import claude, think_http
+from . import think_messages as tm
+from .base import AgentIO, AgentJob
+from .meter import ssl_context
+from .verdict import Verdict
+
+CLAUDE_RETRIES = 2        # the claude engine sets CLAUDE_CODE_MAX_RETRIES=2 for its CLI
+
+
+def client(cfg: Config) -> httpx.AsyncClient:
+    """One pooled client for the daemon's think agents; its read timeout is the idle watchdog."""
+    idle = cfg.agentIdleTimeoutMs / 1000
+    return httpx.AsyncClient(verify=ssl_context(), timeout=httpx.Timeout(30, read=idle),
+                             limits=httpx.Limits(max_connections=max(64, cfg.maxConcurrentAgents * 2),
+                                                 max_keepalive_connections=32))
+
+
+def emitter(io: AgentIO, feed: Callable[[Any], None]) -> Callable[[dict[str, Any]], None]:
+    def emit(event: dict[str, Any]) -> None:
+        io.transcript(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode())
+        feed(event)
+    return emit
+
+
+def retry_line(attempt: int, retries: int, status: int | None, why: str, delay: float) -> dict[str, Any]:
+    """The CLI's `system/api_retry` event."""
+    kind = ("rate_limit" if status == 429 else "overloaded" if status == 529 else
+            "server_error" if status and status >= 500 else "unknown")
+    return {"type": "system", "subtype": "api_retry", "attempt": attempt, "max_retries": retries,
+            "retry_delay_ms": int(delay * 1000), "error_status": status, "error": kind, "detail": why[:300]}
+
+
+@attrs.define
+class Turn:
+    """What one agent turn (its requests) has used; live usage is done + the reply streaming."""
+    row: Any
+    done: Tokens = attrs.Factory(Tokens)
+    responses: int = 0
+    exact: bool = True
+
+    def cost(self, tokens: Tokens) -> float:
+        return prices.cost(tokens, self.row) if self.row is not None else 0.0
+
+
+class InDaemon:
+    """What both in-daemon engines hold: the config, and the pooled client (made at first use)."""
+
+    def __init__(self, cfg: Config, http: httpx.AsyncClient | None = None) -> None:
+        self.cfg = cfg
+        self._http = http
+
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = client(self.cfg)
+        return self._http
+
+
+class ClaudeThink(InDaemon):
+    """A claude think agent as Messages API requests from the daemon."""
+    name = "claude"
+
+    async def run(self, job: AgentJob, io: AgentIO) -> Verdict:
+        engine = self.cfg.engines.claude
+        assert engine is not None
+        model = tm.model_name(job.model)
+        turn = Turn(row=prices.row_for(job.model, self.cfg.prices))
+        io.usage.priced = turn.row is not None
+        io.started({})
+        state = claude.StreamState()
+        emit = emitter(io, state.feed)
+        tools = [tm.TOOL_NAME] if job.schema is not None else []
+        emit({"type": "system", "subtype": "init", "model": model, "tools": tools, "cwd": job.cwd,
+              "inProcess": True})
+        headers = tm.headers(job.api_key, engine.baseUrl, job.run_id, job.n, job.label, job.effort)
+        history: list[dict[str, Any]] = []
+        enforced, requests = False, 0
+        text: str | None = None
+        structured: Any = None
+        error: str | None = None
+        status: int | None = None
+        budget = False
+        while requests < tm.MAX_TURNS:
+            requests += 1
+            body = json.dumps(tm.body(model, job.prompt, job.schema, job.effort, history)).encode()
+            reply, out, cap = await self._request(job, io, turn, headers, body, emit)
+            if reply.started:
+                turn.responses += 1
+                turn.done = turn.done + reply.tokens
+                turn.exact = turn.exact and reply.complete
+                content = reply.content()
+                emit(tm.assistant_line(reply, content, model))
+            else:
+                content = []
+            status = out.status if out.status and out.status > 0 else None
+            if cap is not None:
+                error, budget = cap, True
+                break
+            if out.error is not None:
+                error = out.error if not reply.started else (
+                    f"the model's stream broke mid-message ({out.error}); cost estimated from what streamed")
+                break
+            if reply.error is not None or not reply.complete:
+                error = (f"the model's stream ended mid-message ({reply.error or 'no message_stop'}); "
+                         "cost estimated from what streamed")
+                break
+            nxt = tm.after(content, job.schema, enforced)
+            text = nxt.text
+            if nxt.done:
+                structured = nxt.structured
+                break
+            enforced = enforced or any(m.get("content", [{}])[0].get("type") == "text" for m in nxt.transcript)
+            for m in nxt.transcript:
+                emit({"type": "user", "message": m, "inProcess": True})
+            history += nxt.follow_up
+        cost = turn.cost(turn.done)
+        emit(tm.result_line(model=model, tokens=turn.done, cost=cost, turns=requests, text=text,
+                            structured=structured, error=error, budget=budget, status=status,
+                            schema=job.schema is not None))
+        verdict = claude.judge(state, job.schema)
+        io.usage.tokens, io.usage.cost_usd = turn.done, cost
+        io.usage.responses = turn.responses
+        io.usage.exact = turn.exact
+        return attrs.evolve(verdict, cost_usd=cost, tokens=turn.done, tokens_exact=turn.exact)
+
+    async def _request(self, job: AgentJob, io: AgentIO, turn: Turn, headers: dict[str, str], body: bytes,
+                       emit: Callable[[dict[str, Any]], None]) -> tuple[tm.Reply, think_http.Outcome, str | None]:
+        """One request (with its retries), live usage kept current; the reply, the outcome, and
+        why it was stopped if its streamed cost crossed the agent's cap."""
+        engine = self.cfg.engines.claude
+        assert engine is not None
+        reply = tm.Reply()
+        over: list[str] = []
+
+        def begin() -> None:
+            nonlocal reply
+            reply = tm.Reply()
+
+        def on_event(data: Any) -> bool:
+            reply.feed(data)
+            live = turn.done + reply.tokens
+            io.usage.tokens, io.usage.cost_usd = live, turn.cost(live)
+            io.usage.responses = turn.responses + (1 if reply.started else 0)
+            io.usage_changed()
+            if turn.row is not None and io.usage.cost_usd > job.max_usd:
+                over.append(f"Reached maximum budget ({money.usd(job.max_usd)})")
+                return True
+            return False
+
+        def on_retry(attempt: int, status: int | None, why: str, delay: float) -> None:
+            emit(retry_line(attempt, CLAUDE_RETRIES, status, why, delay))
+
+        out = await think_http.stream(self.http(), tm.url(engine.baseUrl), headers, body, begin=begin,
+                                      on_event=on_event, on_retry=on_retry, retries=CLAUDE_RETRIES,
+                                      retry_sse_error=lambda d: isinstance(d, dict) and d.get("type") == "error")
+        return reply, out, over[0] if over else None
