@@ -20,8 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .mcpl.features import NOTIFY_SET
 from .data_frame import ERROR_NOTE, framed, one_line
+from .mcpl.features import NOTIFY_SET
 from .money import usd
 from .runs.model import Run, iso
 
