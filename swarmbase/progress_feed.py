@@ -63,7 +63,11 @@ class ProgressFeed:
             self._event(run, state, line)
 
     def run_ended(self, run: Run) -> None:
-        self.runs.pop(run.id, None)        # what waits for its window is superseded by the end notice
+        """Waiting events go into the run's undelivered progress notice (in place: still
+        ahead of the end notice), else they are dropped: the end notice supersedes them."""
+        entry = self.runs.pop(run.id, None)
+        if entry is not None:
+            self._write(run, entry[1], final=True)
 
     # -- coalescing ----------------------------------------------------------------------
     def _state(self, run: Run) -> pn.RunProgress | None:
@@ -76,20 +80,27 @@ class ProgressFeed:
     def _event(self, run: Run, state: pn.RunProgress, line: str) -> None:
         if not run.active:                 # its end notice is (being) queued: never after it
             return
-        still = self._still_pending(state)
-        pn.add_line(state, line, still)
-        action = pn.decide(state, trio.current_time(), still)
-        if action == "defer":
-            self._wake.set()
-        else:
-            self._queue(run, state, replace=still)
+        pn.add_line(state, line)
+        self._write(run, state)
 
-    def _queue(self, run: Run, state: pn.RunProgress, replace: bool) -> None:
-        notice = pn.build(run, state, self.run_url(run.id), self.redact)
-        if replace and state.pending is not None:
-            self.outbox.ack(state.pending)     # withdrawn before its host saw it
+    def _write(self, run: Run, state: pn.RunProgress, final: bool = False) -> None:
+        """Queue a new notice, update the undelivered one, or wait for the window."""
+        now = trio.current_time()
+        still = self._still_pending(state)
+        action = pn.decide(state, now, still, final)
+        if action == "wait":
+            self._wake.set()
+            return
+        if action == "drop":
+            return
+        pn.written(state, now, still)
+        url = self.run_url(run.id)
+        if action == "amend" and state.pending is not None:
+            self.outbox.amend(state.pending, pn.build(run, state, url, self.redact, event=state.pending))
+            return
+        notice = pn.build(run, state, url, self.redact)
         self.outbox.add(run.caller, notice)
-        state.pending, state.last_queued, state.due = notice["eventId"], trio.current_time(), None
+        state.pending = notice["eventId"]
 
     async def serve(self) -> None:
         """Queue each deferred notice when its window opens."""
@@ -105,11 +116,10 @@ class ProgressFeed:
             for run, state in list(self.runs.values()):
                 if state.due is None or state.due > now:
                     continue
-                if not run.active:
-                    state.due = None
+                state.due = None
+                if not run.active:         # run_ended settles it
                     continue
                 try:
-                    self._queue(run, state, replace=self._still_pending(state))
+                    self._write(run, state)
                 except Exception:          # never let one run's notice stop the feed
-                    state.due = None
                     log.exception("run %s: its progress notice could not be queued", run.id)

@@ -12,16 +12,19 @@ A nested workflow()'s own phases send nothing: they are steps inside one phase o
 root script (they show in `status` and on the dashboard).
 
 Coalescing, per run:
-1. at most one progress notice of a run waits in the outbox: an event while one is still
-   undelivered replaces it (a new eventId, queued behind what is already waiting; the
-   replaced one is withdrawn) and the new one lists what the old one said too;
-2. after one was queued, the next waits until MIN_INTERVAL_S have passed (a trailing
-   notice then carries every event of the window);
-3. when the run ends, events still waiting for their window are dropped: the end notice
-   (queued after every progress notice of the run) supersedes them.
-So a host gets at most one progress notice per run per MIN_INTERVAL_S, and an offline
-host at most one per run, then the end notice. A notice replaced while its push was on
-the wire may still arrive; the replacement then repeats its lines (a snapshot, not a delta).
+1. at most one progress notice of a run waits in the outbox: while one is undelivered,
+   newer events update it in place (Outbox.amend: same eventId, same place in the queue)
+   rather than queue another, and it lists every event it has not delivered;
+2. the outbox is written for a run's progress at most once per MIN_INTERVAL_S (a queue or
+   an update); events inside the window wait, and the write when it opens carries them;
+3. when the run ends, events still waiting for their window go into the run's progress
+   notice if it is still undelivered (one last update, in place, so still ahead of the end
+   notice); otherwise they are dropped: the end notice, which follows, supersedes them.
+So a host gets at most one progress notice per run per MIN_INTERVAL_S, an offline host at
+most one per run (listing the run's events up to its end), then the end notice; a chatty
+run costs at most one outbox write (an fsync) per 30 s, plus one at its end. An update
+that races the push of the notice it updates loses to it (the host dedupes the eventId);
+the end notice follows anyway.
 
 Every script-written string in a progress notice (phase titles, labels, agent errors) is
 one line, quoted and bounded (data_frame.quoted), and redacted by the caller of build().
@@ -62,11 +65,13 @@ class RunProgress:
     tallies: dict[str, Counter[str]] = attrs.Factory(dict)     # root phase title -> agent end states
     agents_seen: bool = False            # an agent started before any phase(): the implicit "main"
     failure_told: bool = False
-    lines: list[str] = attrs.Factory(list)     # events of the notice waiting (or about to be queued)
-    earlier: int = 0                     # events dropped from `lines` for MAX_LINES
+    # Events not known to be delivered: the pending notice's (the first `written`), then
+    # newer ones. At most maxPhasesPerRun + 1 lines, and only while the host is away.
+    lines: list[str] = attrs.Factory(list)
+    written: int = 0
     pending: str | None = None           # eventId of the last queued notice
-    last_queued: float | None = None
-    due: float | None = None             # when a deferred notice may be queued
+    last_write: float | None = None      # when the outbox was last written for this run
+    due: float | None = None             # when waiting events may be written
     count: int = 0                       # notices queued for this run
     events: int = 0                      # events seen (what an uncoalesced feed would send)
 
@@ -107,28 +112,31 @@ def on_agent_end(state: RunProgress, n: int, label: str, agent_state: str, phase
     return failure_line(n, label, error)
 
 
-def decide(state: RunProgress, now: float, still_pending: bool) -> str:
-    """What to do with the lines gathered (after an event): 'replace' the undelivered
-    notice, 'queue' a new one, or 'defer' it until `state.due`."""
-    if still_pending:
-        return "replace"
-    if state.last_queued is None or now - state.last_queued >= MIN_INTERVAL_S:
-        return "queue"
-    state.due = state.last_queued + MIN_INTERVAL_S
-    return "defer"
-
-
-def add_line(state: RunProgress, line: str, still_pending: bool) -> None:
-    """An event's line joins the next notice: the one waiting in the outbox
-    (`still_pending`) or waiting for its window, else a fresh one (what was delivered is
-    not repeated)."""
+def add_line(state: RunProgress, line: str) -> None:
     state.events += 1
-    if not still_pending and state.due is None:
-        state.lines, state.earlier = [], 0
     state.lines.append(line)
-    if len(state.lines) > MAX_LINES:
-        state.earlier += len(state.lines) - MAX_LINES
-        del state.lines[:-MAX_LINES]
+
+
+def decide(state: RunProgress, now: float, still_pending: bool, final: bool = False) -> str:
+    """What to do with the waiting events: 'amend' the undelivered notice, 'queue' a new
+    one, 'wait' until `state.due`, or 'drop' them (`final`: the run ended)."""
+    if len(state.lines) <= state.written:
+        return "drop"                    # nothing the pending (or delivered) notice did not say
+    if final:
+        return "amend" if still_pending else "drop"
+    if state.last_write is not None and now - state.last_write < MIN_INTERVAL_S:
+        state.due = state.last_write + MIN_INTERVAL_S
+        return "wait"
+    return "amend" if still_pending else "queue"
+
+
+def written(state: RunProgress, now: float, still_pending: bool) -> None:
+    """Before a write: lines of a delivered notice are not repeated; after it, every line
+    is in the run's pending notice."""
+    if not still_pending:
+        del state.lines[:state.written]
+    state.written = len(state.lines)
+    state.last_write, state.due = now, None
 
 
 def notice_text(run: Run, state: RunProgress, url: str | None) -> str:
@@ -136,21 +144,25 @@ def notice_text(run: Run, state: RunProgress, url: str | None) -> str:
     head = (f"SwarmBase progress of run {one_line(run.display_label)} ({run.id}): {run.agents_done} of "
             f"{run.agents_total} agents done so far, {spend} of {usd(run.budget_usd)} spent. "
             f"No action needed; the end notice follows when the run ends.")
-    body = ([f"({state.earlier} earlier event{'s' if state.earlier != 1 else ''} not listed.)"]
-            if state.earlier else []) + state.lines
+    earlier = len(state.lines) - MAX_LINES
+    body = ([f"({earlier} earlier event{'s' if earlier != 1 else ''} not listed.)"]
+            if earlier > 0 else []) + state.lines[-MAX_LINES:]
     return "\n".join([head, *body] + ([f"Dashboard: {url}"] if url else []))
 
 
 def build(run: Run, state: RunProgress, url: str | None, redact: Callable[[str], str],
-          now: float | None = None) -> dict[str, Any]:
-    """The next progress notice of the run (a new eventId; `state.count` moves on)."""
-    state.count += 1
+          now: float | None = None, event: str | None = None) -> dict[str, Any]:
+    """The run's progress notice listing `state.lines`: under `event` (an update of that
+    undelivered notice), else the run's next eventId (`state.count` moves on)."""
+    if event is None:
+        state.count += 1
+        event = event_id(run.id, state.count)
     origin: dict[str, Any] = {"source": "swarmbase", "kind": "progress", "runId": run.id}
     if url:
         origin["url"] = url
     return {
         "featureSet": NOTIFY_SET,
-        "eventId": event_id(run.id, state.count),
+        "eventId": event,
         "timestamp": iso(time.time() if now is None else now),
         "origin": origin,
         "tags": [TAG],

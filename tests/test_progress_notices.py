@@ -104,19 +104,21 @@ async def test_offline_a_chatty_run_keeps_one_progress_notice_then_the_end(
         feed.phase(run, f"step {i}", "")
         feed.agent_ended(run, Rec(i, f"a{i}", "failed" if i == 7 else "done", f"step {i}"))
         await trio.sleep(1)
-    waiting = progress_of(outbox)
-    assert len(waiting) == 1                                     # each replaced the one before
-    body = text(waiting[0])
-    assert body.startswith("SwarmBase progress of run nightly (run_0123456789ab): ")
-    assert "earlier events not listed" in body and 'Phase "step 38" ended' in body
-    assert len([ln for ln in body.splitlines() if ln.startswith(("Phase", "First"))]) == pn.MAX_LINES
+    [waiting] = progress_of(outbox)                              # updated in place, never joined
+    # Written at t=0 and when the window opened at t=30; the events since wait.
+    assert 'next phase "step 31".' in text(waiting) and "step 32" not in text(waiting)
     assert feed.runs[run.id][1].events == 40                     # 39 phase ends + the first failure
     run.set_status("completed", 50.0)
     outbox.add("alice", notices.build(run, '"ok"'))
     feed.phase(run, "late", "")                                  # after the run's end: never queued
-    feed.run_ended(run)
-    assert [n["eventId"].split(":", 1)[1] for n in outbox.pending("alice")] == ["progress:40", "end"]
-    assert waiting[0]["tags"] == ["swarmbase:progress"] and waiting[0]["origin"]["kind"] == "progress"
+    feed.run_ended(run)                                          # the waiting events join it, in place
+    assert [n["eventId"].split(":", 1)[1] for n in outbox.pending("alice")] == ["progress:1", "end"]
+    [waiting] = progress_of(outbox)
+    body = text(waiting)
+    assert body.startswith("SwarmBase progress of run nightly (run_0123456789ab): ")
+    assert "(32 earlier events not listed.)" in body and 'next phase "step 39".' in body and "late" not in body
+    assert len([ln for ln in body.splitlines() if ln.startswith(("Phase", "First"))]) == pn.MAX_LINES
+    assert waiting["tags"] == ["swarmbase:progress"] and waiting["origin"]["kind"] == "progress"
 
 
 async def test_online_one_notice_per_window_then_a_trailing_one(tmp_path: Path, nursery: trio.Nursery,
