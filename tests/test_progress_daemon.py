@@ -1,7 +1,8 @@
 """Progress notices (issue 24 #1) against the real daemon process with the fake claude CLI:
 an offline host gets a chatty run's one coalesced progress notice, then its end notice,
 in order, each once, after a daemon restart; a run that did not ask sends none; a bad
-`notify` is refused clearly; resume keeps the choice; no notice carries the caller's key."""
+`notify` is refused clearly; resume keeps the choice; no notice carries the caller's key;
+a run that outlasts the 30 s window gets its waiting events from the daemon's timer."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ await agent('noop', {label: 'z'});
 phase('last');
 return 'done'
 """
+# Outlasts the window (progress_notice.MIN_INTERVAL_S, 30 s): "a" ends and is sent at
+# once; "b" ends inside the window and waits; the daemon's timer sends it when the window
+# opens, while the 35 s agent still runs; "c" ends with the run (the end notice says so).
+LONG = "phase('a'); await agent('noop'); phase('b'); await agent('noop'); phase('c'); await agent('sleep:35'); return 1"
 
 
 class CountingHost:
@@ -96,8 +101,10 @@ async def test_an_offline_host_gets_one_progress_notice_then_the_end_in_order_af
             async with connect(d.ws, tokens["alice"], push_answer=host.answer) as h:
                 await h.handshake()
                 await h.wait_notice(f"{quiet}:end")
+                long = await started(h, script=LONG, notify=["phase"])           # a host connected all along
                 resumed = (await h.tool("resume", {"runId": chatty}))["structuredContent"]["runId"]
                 await h.wait_notice(f"{resumed}:end")
+                await h.wait_notice(f"{long}:end")
                 barrier = await started(h, script="return 'barrier'")
                 await h.wait_notice(f"{barrier}:end")
         assert key.encode() not in d.stderr
@@ -111,6 +118,13 @@ async def test_an_offline_host_gets_one_progress_notice_then_the_end_in_order_af
     assert run_json(state, resumed)["notify"] == ["phase", "failures"]
     theirs = [e for e in order if e.startswith(resumed)]
     assert theirs[-1] == f"{resumed}:end" and len(theirs) >= 2 and all(":progress:" in e for e in theirs[:-1])
+
+    # The run that outlasted the window: a notice at once, the trailing one by the timer, the end.
+    timed = [e for e in order if e.startswith(long)]
+    assert timed == [f"{long}:progress:1", f"{long}:progress:2", f"{long}:end"], order
+    first, second = (host.by_id[e]["payload"]["content"][0]["text"] for e in timed[:2])
+    assert 'Phase "a" ended: 1 agent ended in it (1 done); next phase "b".' in first and 'Phase "b" ended' not in first
+    assert 'Phase "b" ended' in second and 'Phase "a" ended' not in second and 'Phase "c" ended' not in second
 
     notice = host.by_id[mine[0]]
     assert notice["tags"] == ["swarmbase:progress"] and notice["origin"]["kind"] == "progress"
