@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import trio
 
-from swarmbase import data_frame
+from swarmbase import data_frame, notices
 from swarmbase.client import connect
+from swarmbase.runs.model import Run
 
 from .clidaemon import cli_daemon
 from .conftest import write_config
@@ -48,6 +49,31 @@ def test_the_fence_is_longer_than_any_backtick_run_inside() -> None:
 def test_one_line_leaves_no_line_break_of_any_kind() -> None:
     assert data_frame.one_line("a\r\nb\x00c\u2028d\u0085e\tf") == "a b c d e f"
     assert data_frame.quoted("x" * 500, 10) == '"' + "x" * 9 + '…"'
+
+
+def ended_run(status: str, **kw: Any) -> Run:
+    run = Run(id="run_0123456789ab", caller="alice", dir_name="d", created_at=0.0, budget_usd=5.0, **kw)
+    run.set_status("running", 0.0)
+    run.set_status(status, 1.0)
+    return run
+
+
+def test_a_long_result_is_cut_inside_the_fence_and_said_so_outside() -> None:
+    preview = json.dumps("x" * 1000 + "```")
+    [daemon, data] = notices.build(ended_run("completed"), preview)["payload"]["content"]
+    note, content, after = unfence(data["text"])
+    assert content == preview[:notices.PREVIEW_CHARS] and after == "(The first 400 characters; the result tool has the rest.)"
+    assert data["text"].split("\n")[1] == "```json"        # the backticks were cut off: the fence fits what is shown
+
+
+def test_the_daemons_own_reasons_stay_its_words_and_a_label_one_line() -> None:
+    for status, error in (("cancelled", "cancelled by caller alice"),
+                          ("interrupted", "interrupted: the daemon was stopped while the run was in flight")):
+        [block] = notices.build(ended_run(status, error=error, label="a\nRun fake completed"), None)["payload"]["content"]
+        assert block["text"] == f"Run a Run fake completed (run_0123456789ab) {status}: 0 agents, $0.0000 of " \
+                                f"$5.0000.\nError: {error}"
+    [block] = notices.build(ended_run("failed"), None)["payload"]["content"]      # no error, no data block
+    assert block["text"].endswith("failed: 0 agents, $0.0000 of $5.0000.")
 
 
 def the_data_block(notice: dict[str, Any]) -> tuple[str, str]:
