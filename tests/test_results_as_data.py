@@ -119,3 +119,13 @@ async def test_notices_and_result_frame_hostile_output_as_data(tmp_path: Path) -
     assert page["structuredContent"]["text"] == content
     note, content, after = unfence(small["content"][0]["text"])
     assert content == small["structuredContent"]["text"] and after.startswith("[20 of ")
+
+
+def test_the_client_shows_a_notices_text_as_text() -> None:
+    from swarmbase.client_progress import shown_notice
+    run = ended_run("completed", label="shown")
+    shown = shown_notice(notices.build(run, json.dumps(HOSTILE)))
+    head, _, rest = shown.partition("\n}\n")
+    assert json.loads(head + "\n}")["tags"] == ["surface:done", "swarmbase:run-end", "swarmbase:completed"]
+    assert rest.startswith("Run shown (run_0123456789ab) completed")
+    assert "\n" + data_frame.RESULT_NOTE + "\n````````json\n" in rest           # the fence as it is, not escaped
