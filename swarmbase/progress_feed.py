@@ -14,19 +14,28 @@ the deferred ones when their window opens; its clock is trio's (MockClock in tes
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import trio
 
 from . import progress_notice as pn
-from .outbox import Outbox
 from .runs.model import Run
 
 log = logging.getLogger("swarmbase.progress")
 
 
+class NoticeQueue(Protocol):
+    """What the feed uses of the outbox (swarmbase.outbox.Outbox)."""
+
+    def add(self, caller: str, notice: dict[str, Any], hold: bool = False) -> tuple[str, int] | None: ...
+
+    def amend(self, event_id: str, notice: dict[str, Any]) -> bool: ...
+
+    def notice(self, event_id: str) -> dict[str, Any] | None: ...
+
+
 class ProgressFeed:
-    def __init__(self, outbox: Outbox, run_url: Callable[[str], str], redact: Callable[[str], str]) -> None:
+    def __init__(self, outbox: NoticeQueue, run_url: Callable[[str], str], redact: Callable[[str], str]) -> None:
         self.outbox = outbox
         self.run_url = run_url
         self.redact = redact
