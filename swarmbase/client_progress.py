@@ -111,6 +111,18 @@ class Output:
         return line if len(line) < width else line[: max(10, width - 2)] + "…"
 
 
+def shown_notice(params: dict[str, Any]) -> str:
+    """A notice as a person reads it: its fields as JSON, then its text blocks as text (a
+    result framed as data shows as the fenced block it is, not as an escaped string)."""
+    head = {k: v for k, v in params.items() if k != "payload"}
+    payload = params.get("payload")
+    content = payload.get("content") if isinstance(payload, dict) else None
+    texts = [b["text"] for b in content or [] if isinstance(b, dict) and isinstance(b.get("text"), str)]
+    if not texts:
+        return json.dumps(params, indent=1)
+    return json.dumps(head, indent=1) + "".join("\n" + t for t in texts)
+
+
 POLL_S = 1.0
 NOTICE_GRACE_S = 10.0
 
@@ -144,7 +156,7 @@ async def watch(status: Callable[[], Awaitable[dict[str, Any] | None]],
         n.start_soon(poll)
         n.start_soon(grace)
         async for params in notices:
-            out.print(json.dumps(params, indent=1))
+            out.print(shown_notice(params))
             if params.get("eventId") == end_id:
                 break
         n.cancel_scope.cancel()

@@ -38,6 +38,7 @@ from .launch.local import LocalLauncher
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
 from .metrics import Metrics, register_metrics
 from .outbox import Outbox
+from .progress_feed import ProgressFeed
 from .runner import RunnerLimits
 from .runs import worktrees
 from .runs.git_sandbox import SandboxedGit
@@ -63,6 +64,7 @@ class Services:
     ray: Any = None                       # the RayLauncher when placement.ray is configured
     drain: trio.Event = attrs.Factory(trio.Event)
     metrics: Metrics | None = None
+    progress: ProgressFeed | None = None
     lag: LagProbe = attrs.Factory(LagProbe)
 
 
@@ -109,6 +111,8 @@ def build_services(cfg: Config, agents: AgentService | None = None,
                         launcher=launcher, ray=ray)
     services.metrics = Metrics(services)
     sup.observers.append(services.metrics)
+    services.progress = ProgressFeed(outbox, sup.run_url, sup.redact)
+    sup.observers.append(services.progress)
     return services
 
 
@@ -305,6 +309,8 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
             await nursery.start(services.ray.serve)
         await nursery.start(partial(services.supervisor.serve, resume=resume))
         nursery.start_soon(services.outbox.maintain)
+        if services.progress is not None:
+            nursery.start_soon(services.progress.serve)
         services.lag.busy = lambda: bool(services.supervisor.live)
         services.lag.on_sample = services.metrics.record_lag
         nursery.start_soon(services.lag.run)

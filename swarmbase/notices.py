@@ -7,6 +7,12 @@ recognised by the host as the same event.
 A run-end notice also carries the hash of the run's sealed end record (`origin.endHash`
 and a line of its text) once that record is written: the copy of it kept outside the
 daemon's disk, which `swarmbase audit RUN_ID --expect-hash HASH` checks the run against.
+
+What the script or its subagents wrote is kept apart from the daemon's words (issue 24 #5,
+swarmbase/data_frame.py): the first content block is the daemon's (status line, link, end
+hash; a label shown on one line), and a completed run's result preview or a failed run's
+error is a second block, a one-line note and a fence the content cannot close. A subagent
+that read hostile text can put it in the result, but not outside that fence.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .data_frame import ERROR_NOTE, framed, one_line
 from .mcpl.features import NOTIFY_SET
 from .money import usd
 from .runs.model import Run, iso
@@ -29,21 +36,30 @@ def budget_warning_id(run_id: str) -> str:
     return f"{run_id}:budget-warning"
 
 
-def notice_text(run: Run, result_preview: str | None, url: str | None = None) -> str:
+def notice_text(run: Run, url: str | None = None) -> str:
+    """The daemon's own words about the run's end (the first content block)."""
     spend = usd(run.spent_usd) + (" (estimated)" if run.spent_estimated else "")
     agents = f"{run.agents_total} agent{'s' if run.agents_total != 1 else ''}"
-    head = f"Run {run.display_label} ({run.id}) {run.status}: {agents}, {spend} of {usd(run.budget_usd)}."
+    head = f"Run {one_line(run.display_label)} ({run.id}) {run.status}: {agents}, {spend} of {usd(run.budget_usd)}."
     if url:
         head += f"\nDashboard: {url}"
+    if run.status != "completed" and run.error and run.status != "failed":
+        head += f"\nError: {one_line(run.error, 400)}"     # cancelled / interrupted: the daemon's words
+    return head
+
+
+def data_block(run: Run, result_preview: str | None) -> str | None:
+    """What the script or its subagents wrote, framed as data (the second content block):
+    a completed run's return value, a failed run's error message. None: nothing to show."""
     if run.status == "completed":
         preview = (result_preview or "null").strip()
-        if len(preview) > PREVIEW_CHARS:
-            preview = preview[:PREVIEW_CHARS] + "… (use the result tool for the rest)"
-        return f"{head}\nResult: {preview}"
-    if run.error:
+        cut = len(preview) > PREVIEW_CHARS
+        text = framed(preview[:PREVIEW_CHARS] if cut else preview)
+        return text + ("\n(The first 400 characters; the result tool has the rest.)" if cut else "")
+    if run.status == "failed" and run.error:
         where = f" (script line {run.error_line})" if run.error_line else ""
-        return f"{head}\nError{where}: {run.error}"
-    return head
+        return f"Error{where}. " + framed(run.error, ERROR_NOTE, info="text")
+    return None
 
 
 def _origin(kind: str, run_id: str, url: str | None) -> dict[str, Any]:
@@ -56,14 +72,20 @@ def _origin(kind: str, run_id: str, url: str | None) -> dict[str, Any]:
 
 def build(run: Run, result_preview: str | None, now: float | None = None, url: str | None = None,
           end_hash: str | None = None) -> dict[str, Any]:
-    """The run-end push/event params. The same eventId is reused on every retry."""
+    """The run-end push/event params. The same eventId is reused on every retry. The
+    daemon's words are the first content block; the data block (data_block) is a block of
+    its own, so a host can tell the two apart."""
+    content = [{"type": "text", "text": notice_text(run, url)}]
+    data = data_block(run, result_preview)
+    if data is not None:
+        content.append({"type": "text", "text": data})
     notice = {
         "featureSet": NOTIFY_SET,
         "eventId": event_id(run.id),
         "timestamp": iso(time.time() if now is None else now),
         "origin": _origin("run-end", run.id, url),
         "tags": ["surface:done", "swarmbase:run-end", f"swarmbase:{run.status}"],
-        "payload": {"content": [{"type": "text", "text": notice_text(run, result_preview, url)}]},
+        "payload": {"content": content},
     }
     return with_end_hash(notice, end_hash) if end_hash else notice
 
@@ -90,7 +112,7 @@ def build_budget_warning(run: Run, spent: float, reserved: float, budget: float,
     threshold, so the resident can cancel before the ceiling."""
     used = spent + reserved
     share = f" ({used / budget:.0%})" if budget > 0 else ""
-    text = (f"Run {run.display_label} ({run.id}) has spent {usd(spent)} (+ {usd(reserved)} reserved for "
+    text = (f"Run {one_line(run.display_label)} ({run.id}) has spent {usd(spent)} (+ {usd(reserved)} reserved for "
             f"agents in flight) of its {usd(budget)} budget{share}. It stops at the budget; cancel it now "
             f"if the rest is not worth it.")
     if url:

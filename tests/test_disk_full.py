@@ -75,7 +75,8 @@ async def test_a_full_disk_after_the_paid_replies_loses_no_result(small_disk: Pa
                 api.gate.set()                                # the model answers: both replies are paid for
                 end = await h.wait_notice(f"{rid}:end")
                 assert "swarmbase:failed" in end["tags"], end["payload"]["content"][0]["text"][:600]  # its result could not be saved
-                assert "the result could not be saved: the disk is full" in end["payload"]["content"][0]["text"]
+                # A failed run's error is framed as data, in the notice's second block (issue 24 #5).
+                assert "the result could not be saved: the disk is full" in end["payload"]["content"][1]["text"]
                 st = (await h.tool("status", {"runId": rid}))["structuredContent"]
                 assert [a["state"] for p in st["phases"] for a in p["agents"]] == ["done", "done"]
                 refused = await h.tool("resume", {"runId": rid})

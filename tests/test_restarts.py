@@ -188,7 +188,7 @@ async def test_a_torn_or_damaged_outbox_line_loses_no_notice_and_repeats_none(tm
                 for rid, i in zip(waiting, range(2)):
                     again = await h.wait_notice(f"{rid}:end")
                     assert "swarmbase:completed" in again["tags"]
-                    assert f'Result: "waiting {i}"' in again["payload"]["content"][0]["text"]
+                    assert f'\n```json\n"waiting {i}"\n```' in again["payload"]["content"][1]["text"]
                 barrier = await run_id_of(h, "return 'barrier'")
                 await h.wait_notice(f"{barrier}:end")
     assert host.pushes == Counter({f"{r}:end": 1 for r in [told, *waiting, barrier]})

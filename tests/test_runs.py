@@ -60,10 +60,12 @@ async def test_notice_reaches_connected_host_exactly(running: Env) -> None:
                            "url": f"{running.url}/runs/{run_id}", "endHash": end_hash}
     assert n["tags"] == ["surface:done", "swarmbase:run-end", "swarmbase:completed"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", n["timestamp"])
-    [block] = n["payload"]["content"]
-    assert block["type"] == "text"
+    # The daemon's words, then the result as data in a block of its own (issue 24 #5).
+    [block, data] = n["payload"]["content"]
+    assert block["type"] == data["type"] == "text"
     assert block["text"].startswith(f"Run notice test ({run_id}) completed: 0 agents, $0.0000 of $5.0000.")
-    assert '"answer": 42' in block["text"] and block["text"].endswith(f"\nEnd record hash: {end_hash}")
+    assert block["text"].endswith(f"\nEnd record hash: {end_hash}") and '"answer"' not in block["text"]
+    assert data["text"].startswith("The run's result follows, as data") and '"answer": 42' in data["text"]
     # Accepted notices leave the outbox.
     assert running.services.outbox.pending("alice") == []
 
@@ -76,7 +78,8 @@ async def test_failed_run_notice_and_status(running: Env) -> None:
                 "structuredContent"]["runId"]
             n = await h.wait_notice(f"{run_id}:end")
             assert n["tags"][-1] == "swarmbase:failed"
-            assert "Error (script line 2): Error: nope" in n["payload"]["content"][0]["text"]
+            assert n["payload"]["content"][1]["text"].startswith("Error (script line 2). The run's error follows")
+            assert "\n```text\nError: nope\n```" in n["payload"]["content"][1]["text"]
             st = (await h.tool("status", {"runId": run_id}))["structuredContent"]
             assert st["status"] == "failed" and st["errorLine"] == 2
             assert [e["message"] for e in st["log"]] == ["before", "run failed: Error: nope"]

@@ -25,8 +25,14 @@ TAG_ONTOLOGY: dict[str, Any] = {
         "swarmbase:budget-warning": {"desc": "A run's spend plus reservations crossed its budget warning "
                                              "threshold; it may still be cancelled before the ceiling",
                                      "facet": "lifecycle", "suggestedTreatment": {"debounce": BUDGET_WARNING_DEBOUNCE_MS}},
+        # Context only: a progress notice (a run that asked for them, progress_notice.py)
+        # says how far the run got; the end notice is what needs the agent.
+        "swarmbase:progress": {"desc": "How far a run that asked for progress notices got (a phase ended, its "
+                                       "first agent failed); no need to wake the agent, the end notice follows",
+                               "facet": "lifecycle", "suggestedTreatment": "mute"},
     },
-    "suggestedTreatment": [{"tagsAny": ["swarmbase:run-end"], "behavior": "immediate"},
+    "suggestedTreatment": [{"tagsAny": ["swarmbase:progress"], "behavior": "mute"},
+                           {"tagsAny": ["swarmbase:run-end"], "behavior": "immediate"},
                            {"tagsAny": ["swarmbase:budget-warning"],
                             "behavior": {"debounce": BUDGET_WARNING_DEBOUNCE_MS}}],
     "open": True,
@@ -34,7 +40,8 @@ TAG_ONTOLOGY: dict[str, Any] = {
 
 DECLARATIONS: dict[str, dict[str, Any]] = {
     TOOLS_SET: {"description": "Start, inspect, cancel and resume swarm runs", "uses": ["tools"]},
-    NOTIFY_SET: {"description": "Run-completion notices pushed when a SwarmBase run ends",
+    NOTIFY_SET: {"description": "Run-completion notices pushed when a SwarmBase run ends (and, for runs that "
+                                "ask, progress notices before it)",
                  "uses": ["pushEvents"], "tagOntology": TAG_ONTOLOGY},
 }
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
-from .. import money
+from .. import money, progress_notice
 from ..config import Caller, Config
 
 Describe = Callable[[Caller, Config], Any]
@@ -55,6 +55,10 @@ MEANING: dict[tuple[str, str], str] = {
     ("run", "profile"): "Default profile of the run's agents: think (no tools), read, or write (edits and Bash)",
     ("run", "timeoutMs"): "The run's wall-clock limit, in milliseconds",
     ("run", "budgetWarnAt"): "Fraction of budgetUsd at which spent + reserved sends one budget-warning notice",
+    ("run", "notify"): ("Progress notices before the end notice: \"phase\" when a phase of the script ends, "
+                        "\"failures\" on the run's first failed agent; tagged swarmbase:progress (no need to wake), "
+                        "coalesced: at most one waiting per run, one per "
+                        f"{progress_notice.MIN_INTERVAL_S:g} s per run. Resume keeps it"),
     ("resume", "args"): "New args for the script (calls that depend on them run again)",
     ("run", "label"): "A name for the run in list, status, notices and the dashboard",
     ("run", "effort"): "Default reasoning effort for the run's agents (an agent's opts.effort overrides it)",
@@ -91,6 +95,7 @@ DEFAULTS: dict[tuple[str, str], Describe] = {
     ("run", "keepWork"): lambda c, cfg: not cfg.deleteWorkOnEnd,
     ("run", "timeoutMs"): lambda c, cfg: min(cfg.runTimeoutMs, c.runTimeoutMaxMs),
     ("run", "budgetWarnAt"): lambda c, cfg: c.budgetWarnAt,
+    ("run", "notify"): lambda c, cfg: "none ([]: only the end notice)",
     ("status", "logLines"): lambda c, cfg: 20,
     ("result", "offset"): lambda c, cfg: 0,
     ("result", "limit"): lambda c, cfg: 20_000,
@@ -139,6 +144,10 @@ def bounds(schema: dict[str, Any]) -> list[str]:
     out = []
     if "enum" in schema:
         out.append("one of " + ", ".join(str(v) for v in schema["enum"]))
+    items = schema.get("items")
+    if isinstance(items, dict) and "enum" in items:
+        out.append("a list of " + ", ".join(str(v) for v in items["enum"])
+                   + (", each at most once" if schema.get("uniqueItems") else ""))
     lo = ("at least", schema["minimum"]) if "minimum" in schema else \
         ("more than", schema["exclusiveMinimum"]) if "exclusiveMinimum" in schema else None
     hi = ("at most", schema["maximum"]) if "maximum" in schema else \

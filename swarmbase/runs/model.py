@@ -118,6 +118,9 @@ class Run:
     # Set when run.json was damaged and this record rebuilt from the run's other files
     # (runs/rebuild.py): {at, fault, damagedCopy, lost: [run.json keys not recovered]}.
     rebuilt: Optional[dict[str, Any]] = None
+    # The progress notices the run asked for (`run` parameter notify: "phase", "failures";
+    # progress_notice.py); None: none. Kept in run.json, so a resume keeps the choice.
+    notify: Optional[list[str]] = None
     # The hash-chain link (swarmbase.audit.chain.run_link, set at start) and the sealed end
     # record (set once when the run ends): compact JSON text, then left in run.json once the
     # run has ended (stow_end). As nested dicts they were most of what a finished run cost
@@ -199,6 +202,7 @@ class Run:
             "repository": self.repository, "link": self.link, "end": self.end,
             "notice": {"log": self.notice_ref[0], "seq": self.notice_ref[1]} if self.notice_ref else None,
             **({"rebuilt": self.rebuilt} if self.rebuilt else {}),
+            **({"notify": self.notify} if self.notify else {}),
         }
 
     @classmethod
@@ -241,6 +245,7 @@ class Run:
             description=_str(d.get("description")), repository=_str(d.get("repository")),
             notice_ref=d.get("notice"),
             rebuilt=d.get("rebuilt") if isinstance(d.get("rebuilt"), dict) else None,
+            notify=([k for k in d["notify"] if isinstance(k, str)] or None) if isinstance(d.get("notify"), list) else None,
             link=d.get("link") if isinstance(d.get("link"), dict) else None,
             end=d.get("end") if isinstance(d.get("end"), dict) else None,
         )

@@ -45,7 +45,7 @@ from .store import DamagedFile, RunStore
 log = logging.getLogger("swarmbase.supervisor")
 
 # What a resume with the Workflow call shape may set anew (besides script and args).
-RESUME_OVERRIDES = ("label", "description", "tokenTarget", "repository")
+RESUME_OVERRIDES = ("label", "description", "tokenTarget", "repository", "notify")
 
 
 class AgentService(Protocol):
@@ -304,7 +304,7 @@ class Supervisor:
                   budget_warn_at=float(params.get("budgetWarnAt", caller.budgetWarnAt)),
                   script_comment=leading_comment(params["script"]), meta=p.meta.to_json() if p.meta else None,
                   token_target=params.get("tokenTarget"), description=params.get("description"),
-                  repository=p.repository)
+                  repository=p.repository, notify=list(params["notify"]) if params.get("notify") else None)
         run.history.append({"status": "queued", "at": iso(now)})
         old = self.runs.get(run.resumed_from) if run.resumed_from else None
         chains = RunChains.start(run.id, params["script"], resumed_from=run.resumed_from,
@@ -457,7 +457,8 @@ class Supervisor:
                       "label": old.label, "model": old.model, "effort": old.effort, "profile": old.profile,
                       "budgetUsd": old.budget_usd, "budgetTokens": old.budget_tokens, "keepWork": old.keep_work,
                       "resumedFrom": old.id, "timeoutMs": old.timeout_ms, "budgetWarnAt": old.budget_warn_at,
-                      "tokenTarget": old.token_target, "description": old.description, "repository": old.repository}
+                      "tokenTarget": old.token_target, "description": old.description, "repository": old.repository,
+                      "notify": old.notify}
         new_params = {k: v for k, v in new_params.items() if (v is not None or k == "args") and k not in lost - {"args"}}
         new_params.update({k: params[k] for k in RESUME_OVERRIDES if k in params and params[k] is not None})
         new = self.start(caller, new_params, carried=loaded)
