@@ -429,6 +429,12 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
     return attrs.evolve(cfg, callers=callers, engines=engines)
 
 
+def revalidate(cfg: Config, search_path: str | None = None) -> Config:
+    """The checks `parse` makes, again, on a Config built from parsed ones (reload.py
+    merges a new file with the running restart-only settings)."""
+    return _semantic_checks(cfg, search_path)
+
+
 def parse(text: str, path: Path, search_path: str | None = None) -> Config:
     try:
         raw = jsonc.loads(text)
