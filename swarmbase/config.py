@@ -125,6 +125,9 @@ class Caller:
     # Hosts its write agents may reach besides the model API: "host" (ports 443 and 80) or
     # "host:port" (launch/egress.py).
     network: list[str] = _f("network", factory=list)
+    # Spend quotas over UTC windows (runs/quota.py); None: no quota.
+    usdPerDay: Optional[float] = _f("usdPerDay", None, lo=0, hi=10_000_000)
+    usdPerMonth: Optional[float] = _f("usdPerMonth", None, lo=0, hi=100_000_000)
     # Where this caller's agents may run; None: everywhere configured (see `placement`).
     placements: Optional[list[Literal["local", "ray"]]] = _f("placements", None)
 
@@ -382,6 +385,8 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
         hashes[c.tokenSha256] = i
         if c.runUsdDefault > c.runUsdMax:
             raise ConfigError(f"{where}.runUsdDefault: {c.runUsdDefault:g} is above runUsdMax {c.runUsdMax:g}")
+        if c.usdPerDay is not None and c.usdPerMonth is not None and c.usdPerDay > c.usdPerMonth:
+            raise ConfigError(f"{where}.usdPerDay: {c.usdPerDay:g} is above usdPerMonth {c.usdPerMonth:g}")
         if c.runTokensDefault > c.runTokensMax:
             raise ConfigError(f"{where}.runTokensDefault: {c.runTokensDefault} is above runTokensMax {c.runTokensMax}")
         key_file = expand(c.apiKeyFile) if c.apiKeyFile else None     # checked per run: key_file_problem

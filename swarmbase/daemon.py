@@ -268,6 +268,7 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
     interrupted = services.supervisor.recover()
     if interrupted:
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))
+    await trio.to_thread.run_sync(services.supervisor.quota.prime_for, cfg.callers)   # usdPerDay/-Month
     if services.launcher is not None:
         # Worktrees a dead daemon left registered in users' repositories (issue 25).
         sup = services.supervisor
