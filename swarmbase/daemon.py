@@ -268,7 +268,6 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
     interrupted = services.supervisor.recover()
     if interrupted:
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))
-    await trio.to_thread.run_sync(services.supervisor.quota.prime_for, cfg.callers)   # usdPerDay/-Month
     if services.launcher is not None:
         # Worktrees a dead daemon left registered in users' repositories (issue 25).
         sup = services.supervisor
@@ -315,6 +314,9 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         services.lag.on_sample = services.metrics.record_lag
         nursery.start_soon(services.lag.run)
         nursery.start_soon(hangups.serve, partial(live_reload.reload_once, services))
+        # Quota callers' spend this month, read from their agent records after the daemon listens.
+        nursery.start_soon(partial(trio.to_thread.run_sync, services.supervisor.quota.prime_all,
+                                   services.supervisor.quota.begin_priming(cfg.callers)))
         async with trio.open_nursery() as web:
             binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
             url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"

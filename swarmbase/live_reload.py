@@ -152,6 +152,10 @@ async def reload_once(services: Any) -> reload.Plan | None:
         return None
     swap(services, plan.config)
     await close_sessions(services.hub, plan)
+    # Callers that now have a spend quota: count their month from the records first (their
+    # runs are refused as pending meanwhile; runs/quota.py).
+    book = services.supervisor.quota
+    await trio.to_thread.run_sync(book.prime_all, book.begin_priming(plan.config.callers))
     for name in plan.added + plan.changed:
         problem = config.key_file_problem(plan.config.caller(name).apiKeyFile)   # type: ignore[union-attr]
         if problem is not None:

@@ -163,3 +163,16 @@ def test_config_validates_quotas(tmp_path: Path, bad: dict[str, Any], message: s
     with pytest.raises(config.ConfigError) as e:
         config.load(path)
     assert str(e.value).endswith(message), str(e.value)
+
+
+def test_a_caller_being_counted_is_refused_as_pending_not_admitted(tmp_path: Path) -> None:
+    clock = Clock(at("2026-12-02T08:00:00"))
+    spent = [usage.Spent(at("2026-12-02T07:00:00"), "claude", None, 0.9, 10, False, False)]
+    b = book(clock, history=lambda c, lo, hi: [("old", tmp_path)], read=lambda d: spent)
+    alice = caller(usdPerDay=1.0)
+    names = b.begin_priming([alice, config.Caller(name="bob", tokenSha256="b" * 64)])
+    assert names == ["alice"]                                   # bob has no quota: nothing to read
+    assert b.refusal(alice, 0.05) == quota.PENDING
+    assert b.view(alice) == [{"window": "day", "limitUsd": 1.0, "pending": quota.PENDING}]
+    b.prime_all(names)
+    assert b.refusal(alice, 0.05) is None and "$0.1000 is left" in b.refusal(alice, 0.2)

@@ -38,8 +38,9 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import attrs
 
@@ -68,6 +69,14 @@ def iso_z(t: float) -> str:
 
 def limit_of(caller: Caller, kind: str) -> float | None:
     return caller.usdPerDay if kind == "day" else caller.usdPerMonth
+
+
+PENDING = ("this caller's spend quota is still being counted from its agent records (the daemon has just "
+           "started); retry in a few seconds")
+
+
+class QuotaPending(Exception):
+    """The caller's history is still being read: nothing can be admitted on a partial count."""
 
 
 @attrs.frozen
@@ -116,6 +125,7 @@ class QuotaBook:
         self._active: dict[str, _Active] = {}             # run id -> active run
         self._known: set[str] = set()                     # run ids admitted here (never read from disk)
         self._primed: set[str] = set()
+        self._priming: set[str] = set()                   # being read (boot, in a worker thread)
         self._lock = threading.RLock()                    # `usage` reads from a worker thread
 
     # -- what the supervisor tells it ------------------------------------------
@@ -125,30 +135,46 @@ class QuotaBook:
             self._active[run.id] = _Active(run, agents)
             self._known.add(run.id)
 
+    def begin_priming(self, callers: Iterable[Caller]) -> list[str]:
+        """Boot (and a reload giving callers a quota), on the event loop: mark the callers
+        with a quota whose history is still to be read. Until prime() has read it, their
+        runs are refused as pending (QuotaPending), never admitted on a partial count."""
+        names = []
+        with self._lock:
+            for c in callers:
+                if (c.usdPerDay is not None or c.usdPerMonth is not None) \
+                        and c.name not in self._primed and c.name not in self._priming:
+                    self._priming.add(c.name)
+                    names.append(c.name)
+        return names
+
+    def prime_all(self, names: Iterable[str]) -> None:
+        """In a worker thread: prime the callers begin_priming returned."""
+        for name in names:
+            self.prime(name)
+
     def prime(self, caller: str) -> None:
         """Fold the runs that ended before this book knew them (this month), once per caller."""
         with self._lock:
             if caller in self._primed:
                 return
-            self._primed.add(caller)
+            self._priming.add(caller)
             lo, hi = bounds("month", self.clock())
             runs = [(rid, d) for rid, d in self.history(caller, lo, hi) if rid not in self._known]
             self._known.update(rid for rid, _ in runs)
         days: dict[str, float] = {}
-        for _, d in runs:
-            for s in self.read(d):
-                day = usage.utc_day(s.ended_at)
-                days[day] = days.get(day, 0.0) + s.cost
-        with self._lock:
-            mine = self._days.setdefault(caller, {})
-            for day, usd in days.items():
-                mine[day] = mine.get(day, 0.0) + usd
-
-    def prime_for(self, callers: Iterable[Caller]) -> None:
-        """Boot, in a worker thread: prime every caller with a quota before runs start."""
-        for c in callers:
-            if c.usdPerDay is not None or c.usdPerMonth is not None:
-                self.prime(c.name)
+        try:
+            for _, d in runs:
+                for s in self.read(d):
+                    day = usage.utc_day(s.ended_at)
+                    days[day] = days.get(day, 0.0) + s.cost
+        finally:
+            with self._lock:
+                mine = self._days.setdefault(caller, {})
+                for day, usd in days.items():
+                    mine[day] = mine.get(day, 0.0) + usd
+                self._priming.discard(caller)
+                self._primed.add(caller)
 
     # -- the windows ------------------------------------------------------------
     def _fold_ended(self) -> None:
@@ -171,7 +197,11 @@ class QuotaBook:
         kinds = [k for k in WINDOWS if limit_of(caller, k) is not None]
         if not kinds:
             return []
-        self.prime(caller.name)
+        with self._lock:
+            pending = caller.name in self._priming
+        if pending:
+            raise QuotaPending(PENDING)
+        self.prime(caller.name)     # a caller that got a quota without begin_priming: read now, once
         now = self.clock()
         with self._lock:
             self._fold_ended()
@@ -195,13 +225,21 @@ class QuotaBook:
 
     def refusal(self, caller: Caller, budget_usd: float) -> str | None:
         """Why a run of this budget cannot start now (None: it fits every window)."""
-        for w in self.windows(caller):
+        try:
+            windows = self.windows(caller)
+        except QuotaPending as e:
+            return str(e)
+        for w in windows:
             if budget_usd > w.left + 1e-9:
                 return w.refusal(budget_usd)
         return None
 
     def view(self, caller: Caller) -> list[dict[str, Any]]:
-        return [w.view() for w in self.windows(caller)]
+        try:
+            return [w.view() for w in self.windows(caller)]
+        except QuotaPending as e:
+            return [{"window": k, "limitUsd": limit_of(caller, k), "pending": str(e)} for k in WINDOWS
+                    if limit_of(caller, k) is not None]
 
 
 def history_of(runs: Mapping[str, Any], run_dir: Callable[[Any], Path]) -> History:
