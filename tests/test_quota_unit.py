@@ -176,3 +176,20 @@ def test_a_caller_being_counted_is_refused_as_pending_not_admitted(tmp_path: Pat
     assert b.view(alice) == [{"window": "day", "limitUsd": 1.0, "pending": quota.PENDING}]
     b.prime_all(names)
     assert b.refusal(alice, 0.05) is None and "$0.1000 is left" in b.refusal(alice, 0.2)
+
+
+def test_tools_list_tells_a_caller_its_quota(tmp_path: Path) -> None:
+    from swarmbase.mcpl import tool_docs, tools
+
+    from .conftest import write_config
+    cfg = config.load(write_config(tmp_path, callers=["alice"], sandbox="none",
+                                   caller_extra={"usdPerDay": 2, "usdPerMonth": 40})[0])
+
+    def budget_text(c: config.Caller) -> str:
+        run = next(t for t in tool_docs.for_caller(tools.TOOLS, c, cfg) if t["name"] == "run")
+        return run["inputSchema"]["properties"]["budgetUsd"]["description"]
+    assert ("it must fit what is left of your spend quota (usdPerDay $2.0000, usdPerMonth $40.0000, UTC"
+            in budget_text(cfg.callers[0]))
+    assert "quota" not in budget_text(attrs.evolve(cfg.callers[0], usdPerDay=None, usdPerMonth=None))
+    usage_tool = next(t for t in tool_docs.for_caller(tools.TOOLS, cfg.callers[0], cfg) if t["name"] == "usage")
+    assert "resetsAt" in usage_tool["description"]

@@ -88,3 +88,41 @@ def test_status_file_round_trip(tmp_path: Path) -> None:
     (tmp_path / live_reload.STATUS_FILE).write_text("{torn")
     assert read_status(tmp_path) is None
     assert json.loads(json.dumps(st))
+
+
+async def test_hangups_coalesce_while_a_reload_runs_and_restore_the_handler() -> None:
+    import os
+    import signal
+
+    import trio
+    before = signal.getsignal(signal.SIGHUP)
+    hangups = live_reload.Hangups()
+    started, release = trio.Event(), trio.Event()
+    calls = 0
+
+    async def reload_once() -> None:
+        nonlocal calls
+        calls += 1
+        started.set()
+        await release.wait()
+    try:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as n:
+                n.start_soon(hangups.serve, reload_once)
+                await trio.sleep(0)
+                os.kill(os.getpid(), signal.SIGHUP)
+                await started.wait()
+                for _ in range(3):                 # three more while the first runs: one more reload
+                    os.kill(os.getpid(), signal.SIGHUP)
+                while hangups.pending < 3:
+                    await trio.sleep(0.01)
+                started = trio.Event()
+                release.set()
+                await started.wait()
+                assert calls == 2
+                await trio.sleep(0.05)
+                assert calls == 2 and hangups.pending == 0
+                n.cancel_scope.cancel()
+    finally:
+        hangups.restore()
+    assert signal.getsignal(signal.SIGHUP) == before
