@@ -139,9 +139,21 @@ def write_status(state_dir: Path, read_at: float, ok: bool, message: str) -> Non
 
 
 async def reload_once(services: Any) -> reload.Plan | None:
-    """Read, validate, swap, close what must close. None: refused (the running config stays)."""
+    """Read, validate, swap, close what must close. None: refused (the running config
+    stays). A fault of our own is logged and reported, never allowed to take the daemon
+    down (this runs in the daemon's main nursery)."""
     running: Config = services.cfg
     read_at = time.monotonic()
+    try:
+        return await _reload(services, running, read_at)
+    except Exception as e:
+        log.exception("reload failed")
+        message = f"reload failed: internal error ({type(e).__name__}); the daemon log has the details"
+        write_status(running.state_dir, read_at, False, message)
+        return None
+
+
+async def _reload(services: Any, running: Config, read_at: float) -> reload.Plan | None:
     try:
         loaded = await trio.to_thread.run_sync(config.load, running.path)
         plan = reload.plan(running, loaded)

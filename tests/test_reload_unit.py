@@ -126,3 +126,19 @@ async def test_hangups_coalesce_while_a_reload_runs_and_restore_the_handler() ->
     finally:
         hangups.restore()
     assert signal.getsignal(signal.SIGHUP) == before
+
+
+async def test_a_fault_in_a_reload_is_reported_and_does_not_escape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    import types
+
+    from swarmbase.reload_cli import read_status
+    cfg = load(tmp_path)
+
+    def broken(running: config.Config, loaded: config.Config) -> reload.Plan:
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(reload, "plan", broken)
+    assert await live_reload.reload_once(types.SimpleNamespace(cfg=cfg)) is None
+    st = read_status(cfg.state_dir)
+    assert st is not None and (st["ok"], st["message"]) == (
+        False, "reload failed: internal error (RuntimeError); the daemon log has the details")
