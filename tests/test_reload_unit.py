@@ -109,7 +109,7 @@ async def test_hangups_coalesce_while_a_reload_runs_and_restore_the_handler() ->
         with trio.fail_after(30):
             async with trio.open_nursery() as n:
                 n.start_soon(hangups.serve, reload_once)
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
                 os.kill(os.getpid(), signal.SIGHUP)
                 await started.wait()
                 for _ in range(3):                 # three more while the first runs: one more reload
