@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from functools import partial
 
@@ -17,6 +18,10 @@ from .statelock import LockHeld, StateLock
 
 
 def _serve(port: int | None = None) -> int:
+    # Until the daemon takes SIGHUP as a reload (live_reload.Hangups, installed before boot
+    # and before any child starts, so children get the default back), a SIGHUP in these
+    # first moments is ignored rather than fatal.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     path = config.config_path()
     if not path.exists():
         print(defaults.write_default(path, port or defaults.DEFAULT_PORT), file=sys.stderr, flush=True)
