@@ -1,6 +1,6 @@
 """Config reloads of the real daemon process (issue 24 #2): SIGHUP adds, removes and
 rotates callers while another caller's run goes on (it completes and its notice is
-delivered); a bad config is refused by `swarmbase reload` (exit 2, the one-line message,
+delivered; the removed caller's run goes on too, its notice queued); a bad config is refused by `swarmbase reload` (exit 2, the one-line message,
 the same line in the daemon's log) and the old config keeps serving; a restart-only
 change is reported, not applied; `add-caller` serves the new caller without a restart;
 a lowered limit applies to the next run of a session that stayed open.
@@ -60,6 +60,17 @@ async def swarmbase(path: Path, *args: str) -> subprocess.CompletedProcess[bytes
                                   capture_stderr=True, check=False)
 
 
+def queued_notice(state: Path, event_id: str) -> dict[str, Any] | None:
+    lines = []
+    for line in (state / "outbox.jsonl").read_text().splitlines():
+        try:
+            lines.append(json.loads(line))
+        except ValueError:              # the daemon's append in progress
+            pass
+    adds = [e["notice"] for e in lines if e.get("op") == "add" and e["notice"]["eventId"] == event_id]
+    return adds[-1] if adds else None
+
+
 async def can_list_tools(ws: str, token: str) -> bool:
     async with connect(ws, token) as h:
         try:
@@ -82,6 +93,8 @@ async def test_callers_change_live_while_a_run_goes_on(tmp_path: Path) -> None:
                 await h.handshake()
             run_id = (await alice.tool("run", {"script": f"return await agent('waitfile:{gate}')"})
                       )["structuredContent"]["runId"]
+            bob_run = (await bob.tool("run", {"script": f"return await agent('waitfile:{gate}')"})
+                       )["structuredContent"]["runId"]
 
             # One reload: carol added, bob removed, dave's token rotated.
             carol_tok, carol_sha = new_token(state, "carol")
@@ -114,6 +127,10 @@ async def test_callers_change_live_while_a_run_goes_on(tmp_path: Path) -> None:
             gate.unlink()
             notice = await alice.wait_notice(f"{run_id}:end")
             assert "swarmbase:completed" in notice["tags"]
+            # The removed caller's run went on too; its notice waits in the outbox for that name.
+            while not (bob_notice := queued_notice(state, f"{bob_run}:end")):
+                await trio.sleep(0.05)
+            assert "swarmbase:completed" in bob_notice["tags"]
 
             # A lower limit applies to the next run of the session that stayed open.
             edit_config(path, lambda cfg: [c.update(runUsdMax=2, runUsdDefault=1) for c in cfg["callers"] if c["name"] == "alice"])
