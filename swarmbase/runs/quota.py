@@ -111,7 +111,8 @@ class _Active:
     agents: Mapping[int, Any]                 # n -> AgentRecord (the LiveRun's own dict)
 
 
-# (caller, run id, run dir) of the runs that ended before the book knew them, for a window.
+# (caller, window start, window end) -> (run id, run dir) of the caller's ended runs that may hold
+# agents ending in the window; the book skips those it counted from memory.
 History = Callable[[str, float, float], Iterable[tuple[str, Path]]]
 
 
