@@ -1,5 +1,6 @@
 """The dashboard's spend page: a daily chart per caller (drawn by spend.js, no CDN) and the
-rows behind it, all computed from the agent records (swarmbase.usage).
+rows behind it, all computed from the agent records (swarmbase.usage), and each caller's
+spend quota windows (spent, reserved, left, resets at; swarmbase.runs.quota).
 
     register_spend(app, services)   GET /spend, GET /spend.json, GET /spend/static/spend.js
 
@@ -28,7 +29,12 @@ ASSETS = {"spend.js"}
 async def spend_report(services: Any, start: str | None, end: str | None, caller: str | None) -> dict[str, Any]:
     first, last = usage.date_range(start or None, end or None)
     runs = usage.supervisor_runs(services.supervisor, caller or None, first, last)
-    return await trio.to_thread.run_sync(usage.report, runs, first, last, usage.CACHE)
+    rep = await trio.to_thread.run_sync(usage.report, runs, first, last, usage.CACHE)
+    # The spend quotas as they stand now (runs/quota.py: cheap, from its cache).
+    book = services.supervisor.quota
+    rep["quota"] = {c.name: book.view(c) for c in services.cfg.callers
+                    if (not caller or c.name == caller) and (c.usdPerDay is not None or c.usdPerMonth is not None)}
+    return rep
 
 
 def register_spend(app: Quart, services: Any) -> None:

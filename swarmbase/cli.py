@@ -1,4 +1,4 @@
-"""`swarmbase` / `python -m swarmbase`: serve (default), add-caller NAME, check-config,
+"""`swarmbase` / `python -m swarmbase`: serve (default), add-caller NAME, reload, check-config,
 admin-link LOGIN, audit RUN_ID, usage. audit and usage only read the state dir (the config's
 folder): they work without a valid config and beside a running daemon."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from functools import partial
 
@@ -17,6 +18,10 @@ from .statelock import LockHeld, StateLock
 
 
 def _serve(port: int | None = None) -> int:
+    # Until the daemon takes SIGHUP as a reload (live_reload.Hangups, installed before boot
+    # and before any child starts, so children get the default back), a SIGHUP in these
+    # first moments is ignored rather than fatal.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     path = config.config_path()
     if not path.exists():
         print(defaults.write_default(path, port or defaults.DEFAULT_PORT), file=sys.stderr, flush=True)
@@ -108,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="the port a first start writes into the config (default 7360)")
     add = sub.add_parser("add-caller", help="create a caller's token and key file and add it to the config")
     add.add_argument("name")
+    rel = sub.add_parser("reload", help="make the running daemon re-read its config (the same as SIGHUP)")
+    rel.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the daemon's answer")
     sub.add_parser("check-config", help="validate the config and exit")
     link = sub.add_parser("admin-link", help="print a one-time link that signs a browser in as a dashboard admin")
     link.add_argument("login", help="a login listed in dashboard.adminLogins")
@@ -133,13 +140,24 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="swarmbase: %(levelname)s %(name)s: %(message)s")
     if getattr(args, "syslog", False):
         _add_syslog()
+    if args.cmd == "reload":
+        from .reload_cli import reload_command
+        return reload_command(config.config_path().parent, args.timeout)
     if args.cmd == "add-caller":
         try:
             print(defaults.add_caller(config.config_path(), args.name))
         except config.ConfigError as e:
             print(f"swarmbase: {e}", file=sys.stderr)
             return 2
-        return 0
+        # A running daemon serves the new caller at once: the same reload as SIGHUP.
+        from .reload_cli import daemon_pid, request_reload
+        state = config.config_path().parent
+        if daemon_pid(state) is None:
+            print("swarmbase: no daemon is running; it serves the new caller when it starts", file=sys.stderr)
+            return 0
+        code, message = request_reload(state, 60.0)
+        print(f"swarmbase: {message}", file=sys.stderr)
+        return code
     if args.cmd == "admin-link":
         return _admin_link(args.login)
     if args.cmd == "check-config":

@@ -129,6 +129,9 @@ class Caller:
     # Hosts its write agents may reach besides the model API: "host" (ports 443 and 80) or
     # "host:port" (launch/egress.py).
     network: list[str] = _f("network", factory=list)
+    # Spend quotas over UTC windows (runs/quota.py); None: no quota.
+    usdPerDay: Optional[float] = _f("usdPerDay", None, lo=0, hi=10_000_000)
+    usdPerMonth: Optional[float] = _f("usdPerMonth", None, lo=0, hi=100_000_000)
     # Where this caller's agents may run; None: everywhere configured (see `placement`).
     placements: Optional[list[Literal["local", "ray"]]] = _f("placements", None)
 
@@ -386,6 +389,8 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
         hashes[c.tokenSha256] = i
         if c.runUsdDefault > c.runUsdMax:
             raise ConfigError(f"{where}.runUsdDefault: {c.runUsdDefault:g} is above runUsdMax {c.runUsdMax:g}")
+        if c.usdPerDay is not None and c.usdPerMonth is not None and c.usdPerDay > c.usdPerMonth:
+            raise ConfigError(f"{where}.usdPerDay: {c.usdPerDay:g} is above usdPerMonth {c.usdPerMonth:g}")
         if c.runTokensDefault > c.runTokensMax:
             raise ConfigError(f"{where}.runTokensDefault: {c.runTokensDefault} is above runTokensMax {c.runTokensMax}")
         key_file = expand(c.apiKeyFile) if c.apiKeyFile else None     # checked per run: key_file_problem
@@ -431,6 +436,12 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
         callers.append(attrs.evolve(c, apiKeyFile=key_file, cwdRoots=roots, engines=list(allowed),
                                     placements=list(dict.fromkeys(placements))))
     return attrs.evolve(cfg, callers=callers, engines=engines)
+
+
+def revalidate(cfg: Config, search_path: str | None = None) -> Config:
+    """The checks `parse` makes, again, on a Config built from parsed ones (reload.py
+    merges a new file with the running restart-only settings)."""
+    return _semantic_checks(cfg, search_path)
 
 
 def parse(text: str, path: Path, search_path: str | None = None) -> Config:

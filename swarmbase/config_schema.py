@@ -6,6 +6,7 @@ declarations (config.py declares the keys)."""
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import typing
 from typing import Any, Literal
@@ -86,12 +87,20 @@ def _check(tp: Any, value: Any, path: str, meta: dict[str, Any]) -> None:
     raise AssertionError(f"unhandled config type {tp!r}")
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """The config classes' annotations never change: resolving them (strings, under
+    `from __future__ import annotations`) was 80 % of a load's time, which a reload pays
+    on every SIGHUP (50 callers: 220 ms -> see docs/decisions.md)."""
+    return typing.get_type_hints(cls)
+
+
 def check_object(cls: type, value: Any, path: str) -> None:
     where = path or "the config"
     if not isinstance(value, dict):
         raise ConfigError(f"{where}: must be an object, got {type_name(value)}")
     keys = _json_keys(cls)
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     prefix = f"{path}." if path else ""
     for k in value:
         if k not in keys:

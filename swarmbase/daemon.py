@@ -26,6 +26,7 @@ import trio
 from quart import Response, websocket
 from quart_trio import QuartTrio
 
+from . import live_reload
 from .config import Config, key_file_problems
 from .engines.claude_agent import ClaudeEngine
 from .engines.codex_agent import CodexEngine
@@ -136,6 +137,12 @@ class CodexDenyList:
         self.paths: tuple[str, ...] = ()
         self.fixed: tuple[str, ...] | None = None
 
+    def use(self, cfg: Config) -> None:
+        """A reloaded config: its callers' key files are denied from the next agent on."""
+        self.cfg = cfg
+        self.fixed = None
+        self.known.clear()
+
     def __call__(self) -> tuple[str, ...]:
         from .engines import codex
         if self.fixed is None:
@@ -243,15 +250,17 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
     Raises LockHeld, touching nothing, when another daemon holds the state dir (unless the
     caller already holds the lock: `locked`)."""
     lock = None if locked else StateLock(cfg.state_dir).acquire()
+    hangups = live_reload.Hangups()     # from here a SIGHUP reloads the config (once serving) instead of killing
     try:
-        await _serve_locked(cfg, agents=agents, limits=limits, stop=stop, task_status=task_status)
+        await _serve_locked(cfg, agents=agents, limits=limits, stop=stop, task_status=task_status, hangups=hangups)
     finally:
+        hangups.restore()
         if lock is not None:
             lock.release()
 
 
 async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: RunnerLimits | None,
-                        stop: trio.Event | None, task_status: Any) -> None:
+                        stop: trio.Event | None, task_status: Any, hangups: live_reload.Hangups) -> None:
     services = build_services(cfg, agents, limits)
     if services.launcher is not None:
         # Never run a child with privilege silently: a host without user namespaces (or
@@ -314,6 +323,10 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         services.lag.busy = lambda: bool(services.supervisor.live)
         services.lag.on_sample = services.metrics.record_lag
         nursery.start_soon(services.lag.run)
+        nursery.start_soon(hangups.serve, partial(live_reload.reload_once, services))
+        # Quota callers' spend this month, read from their agent records after the daemon listens.
+        nursery.start_soon(partial(trio.to_thread.run_sync, services.supervisor.quota.prime_all,
+                                   services.supervisor.quota.begin_priming(cfg.callers)))
         async with trio.open_nursery() as web:
             binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
             url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"

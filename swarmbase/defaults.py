@@ -68,7 +68,7 @@ def write_default(path: Path, port: int = DEFAULT_PORT) -> str:
 
 def add_caller(path: Path, name: str) -> str:
     """The spec's "To add a caller" steps: token file, its sha256 in the config, a 0600
-    key file for the caller's API key. The daemon must be restarted to see it."""
+    key file for the caller's API key. The CLI then reloads a running daemon (reload_cli.py)."""
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
         raise ConfigError(f"caller name {name!r} must be 1-64 letters, digits, '_' or '-'")
     if not path.exists():
@@ -90,5 +90,4 @@ def add_caller(path: Path, name: str) -> str:
     fsutil.write_atomic(path, (json.dumps(raw, indent=2) + "\n").encode(), mode=0o600)
     return (f"swarmbase: added caller {name!r} to {path} (previous version, with any comments, in {backup.name})\n"
             f"swarmbase: its MCPL token is in {token_path} (mode 0600)\n"
-            f"swarmbase: put the caller's API key or gateway token in {key_path} (mode 0600)\n"
-            f"swarmbase: restart the daemon to apply")
+            f"swarmbase: put the caller's API key or gateway token in {key_path} (mode 0600)")

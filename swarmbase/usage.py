@@ -34,8 +34,11 @@ DATE_SCHEMA = {"type": "string", "pattern": DATE_RE.pattern, "description": "A U
 TOOL = {
     "name": "usage",
     "description": ("Your spend per UTC day, engine and model, computed from your runs' agent records: "
-                    "{rows: [{date, caller, engine, model, costUsd, tokens, agents}], totals}. "
-                    "Default: the last 30 days (from and to are inclusive)."),
+                    "{rows: [{date, caller, engine, model, costUsd, tokens, agents}], totals, quota}. "
+                    "Default: the last 30 days (from and to are inclusive). quota lists your spend quotas "
+                    "(usdPerDay, usdPerMonth; [] without any) as they stand now: [{window: day|month, limitUsd, "
+                    "spentUsd, reservedUsd (the unspent budgets of your running runs), leftUsd, from, resetsAt}]; "
+                    "a run whose budgetUsd is above leftUsd is refused."),
     "inputSchema": {"type": "object", "properties": {"from": DATE_SCHEMA, "to": DATE_SCHEMA},
                     "additionalProperties": False},
 }
@@ -206,7 +209,7 @@ def report_for_supervisor(sup: Any, caller: str | None, start: str | None = None
 def tool_handler(sup: Any, caller: Any, a: dict[str, Any]) -> dict[str, Any]:
     """The `usage` tool: the calling caller's spend. Raises UsageError for a bad range
     (tools.py turns it into a ToolError)."""
-    return report_for_supervisor(sup, caller.name, a.get("from"), a.get("to"))
+    return {**report_for_supervisor(sup, caller.name, a.get("from"), a.get("to")), "quota": sup.quota.view(caller)}
 
 
 def render_table(rep: dict[str, Any]) -> str:

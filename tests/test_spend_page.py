@@ -54,13 +54,13 @@ async def test_spend_page_and_json(services: Any) -> None:
     client = app_for(services).test_client()
     expected = usage.report_for_state(state)
     r = await client.get("/spend.json", headers=HOST)
-    assert r.status_code == 200 and await r.get_json() == expected
+    assert r.status_code == 200 and await r.get_json() == {**expected, "quota": {}}     # no caller has a quota
     assert expected["totals"]["costUsd"] == pytest.approx(2.0) and expected["totals"]["agents"] == 4
     page = await client.get("/spend", headers=HOST)
     html = await page.get_data(as_text=True)
     assert page.status_code == 200 and "$2.0000" in html and "no price" in html
     carried = re.search(r"data-report='([^']*)'", html).group(1)
-    assert json.loads(carried.replace("&#34;", '"').replace("&amp;", "&")) == expected
+    assert json.loads(carried.replace("&#34;", '"').replace("&amp;", "&")) == {**expected, "quota": {}}
     assert re.findall(r'(?:src|href)="(https?:)?//', html) == []            # nothing from a CDN
     only_bob = await (await client.get("/spend.json", query_string={"caller": "bob"}, headers=HOST)).get_json()
     assert only_bob["totals"]["costUsd"] == pytest.approx(1.25)

@@ -129,7 +129,7 @@ async def test_tool_handler_sees_only_its_caller(state: Path) -> None:
     got = usage.tool_handler(services.supervisor, alice, {"from": "2026-01-01", "to": "2026-03-31"})
     assert got["totals"] == sum_of_records(state, "2026-01-01", "2026-03-31", "alice")
     assert {r["caller"] for r in got["rows"]} == {"alice"}
-    assert got == usage.report_for_state(state, "2026-01-01", "2026-03-31", "alice")
+    assert got == {**usage.report_for_state(state, "2026-01-01", "2026-03-31", "alice"), "quota": []}   # none set
 
 
 def test_cli_table_and_json(state: Path) -> None:

@@ -110,7 +110,7 @@ DEFAULTS: dict[tuple[str, str], Describe] = {
 # The caller's policy: values above these are refused with a tool error naming the limit.
 POLICY: dict[tuple[str, str], Describe] = {
     ("run", "budgetUsd"): lambda c, cfg: f"at most {money.usd(c.runUsdMax)} (your runUsdMax; the default is "
-                                          f"your runUsdDefault)",
+                                          f"your runUsdDefault)" + _quota(c),
     ("run", "budgetTokens"): lambda c, cfg: f"at most {c.runTokensMax:,} (your runTokensMax; the default is your "
                                              f"runTokensDefault)",
     ("run", "timeoutMs"): lambda c, cfg: f"at most {_ms(c.runTimeoutMaxMs)} (your runTimeoutMaxMs; the default is "
@@ -120,6 +120,17 @@ POLICY: dict[tuple[str, str], Describe] = {
     if c.models.claude is not None else "",
     ("run", "budgetWarnAt"): lambda c, cfg: "the default is your budgetWarnAt",
 }
+
+
+
+def _quota(c: Any) -> str:
+    limits = [f"{k} {money.usd(v)}" for k, v in (("usdPerDay", c.usdPerDay), ("usdPerMonth", c.usdPerMonth))
+              if v is not None]
+    if not limits:
+        return ""
+    return (f", and it must fit what is left of your spend quota ({', '.join(limits)}, UTC; a run reserves its "
+            f"whole budget from it while it runs; the usage tool shows what is left and when it resets)")
+
 
 MONEY = {("run", "budgetUsd")}
 MILLISECONDS = {("run", "timeoutMs")}

@@ -36,6 +36,7 @@ from .journal import Journal
 from .live import LiveRun
 from .model import Run, iso, new_run_id
 from .naming import leading_comment
+from .quota import QuotaBook, history_of
 from .records import ENDED, AgentRecord, Redactor, redact_value
 from .script_host import ScriptHost, run_live_script, spare_spec
 from .slots import RunSlots
@@ -72,6 +73,7 @@ class Supervisor:
         self.runner_argv = runner_argv
         self.runs: dict[str, Run] = {}
         self.live: dict[str, LiveRun] = {}
+        self.quota = QuotaBook(history_of(self.runs, store.dir))     # usdPerDay / usdPerMonth
         self.accepting = True
         self.events = EventHub()
         self.redact = Redactor()
@@ -290,6 +292,8 @@ class Supervisor:
         if problem is not None:
             raise RunRefused(f"this caller's runs are refused: {problem}. Fix the file; no restart is needed")
         p = run_request.plan(caller, params, self.cfg)
+        if (over := self.quota.refusal(caller, p.budget_usd)) is not None:
+            raise RunRefused(over)
         active = [r for r in self.runs.values() if r.caller == caller.name and r.active]
         if len(active) >= caller.maxActiveRuns:
             raise RunRefused(f"this caller already has {len(active)} active runs (maxActiveRuns is "
@@ -326,6 +330,7 @@ class Supervisor:
         live.replay = dict(carried.entries) if carried else {}
         self.runs[run.id] = run
         self.live[run.id] = live
+        self.quota.admit(run, live.agents)
         if carried and carried.torn:
             self.record_log(run, f"resume: {carried.torn} torn journal line(s) of {run.resumed_from} skipped", "warning")
         self._nursery.start_soon(self._run, live)

@@ -9,6 +9,7 @@ The prompt picks the behaviour:
   noresult          print an assistant message with usage, then exit 1 without a result
   escape:MARKER     double-fork a setsid grandchild whose argv carries MARKER, then sleep
   waitfile:PATH     sleep while PATH exists, then a result
+  pay:USD[:PATH]    (after waiting while PATH exists) a result that cost USD
 Every start appends "<pid> <first word>" to spawns.log beside the executable.
 Use `install(dir)` to write an executable copy whose shebang is this interpreter.
 """
@@ -46,6 +47,11 @@ elif word.startswith("waitfile:"):
     while os.path.exists(word.split(":", 1)[1]):
         time.sleep(0.05)
     result("waited")
+elif word.startswith("pay:"):
+    _, usd, *gate = word.split(":", 2)
+    while gate and os.path.exists(gate[0]):
+        time.sleep(0.05)
+    result("paid", float(usd))
 elif word == "grandchild":
     p = subprocess.Popen(["sleep", "300"])
     open(os.path.join(os.getcwd(), f"grandchild-{os.getpid()}"), "w").write(str(p.pid))
