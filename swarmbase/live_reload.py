@@ -48,7 +48,7 @@ log = logging.getLogger("swarmbase.reload")
 
 STATUS_FILE = "reload-status.json"
 # Every class whose instances keep the daemon's Config as `self.cfg` (swap gives each the new one).
-HOLDERS = ("Services", "Supervisor", "Agents", "ClaudeEngine", "CodexEngine", "CodexDenyList", "RayLauncher")
+HOLDERS = ("Services", "Supervisor", "Agents", "ClaudeEngine", "CodexEngine", "InDaemon", "CodexDenyList", "RayLauncher")
 
 
 class Hangups:
@@ -100,14 +100,18 @@ def swap(services: Any, new: Config) -> None:
     from .daemon import CodexDenyList, caller_secrets
     from .engines.claude_agent import ClaudeEngine
     from .engines.codex_agent import CodexEngine
+    from .engines.think_route import ThinkRouter
+    from .engines.think_run import InDaemon
     from .runs.agents import Agents
     sup = services.supervisor
     services.cfg = new
     sup.cfg = new
     if isinstance(sup.agents, Agents):
         sup.agents.cfg = new
-        for engine in sup.agents.engines.values():
-            if isinstance(engine, (ClaudeEngine, CodexEngine)):
+        engines = [e for r in sup.agents.engines.values()
+                   for e in ((r.cli, r.in_daemon) if isinstance(r, ThinkRouter) else (r,))]
+        for engine in engines:
+            if isinstance(engine, (ClaudeEngine, CodexEngine, InDaemon)):
                 engine.cfg = new
             if isinstance(engine, CodexEngine) and isinstance(engine.deny, CodexDenyList):
                 engine.deny.use(new)
