@@ -34,8 +34,8 @@ from .lag import LagProbe
 from .launch.local import LocalLauncher
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
 from .metrics import Metrics, register_metrics
-from .outbox import Outbox
-from .runner import RunnerLimits
+from .notify.outbox import Outbox
+from .script.runner import RunnerLimits
 from .runs import worktrees
 from .runs.git_sandbox import SandboxedGit
 from .runs.store import RunStore

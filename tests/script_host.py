@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from swarmbase.runner import (
+from swarmbase.script.runner import (
     AgentCallError,
     Answered,
     RunnerLimits,

@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from swarmbase.engines import framing
-from swarmbase.procs import process_start_time, reap_recorded_groups
+from swarmbase.launch.procs import process_start_time, reap_recorded_groups
 from swarmbase.runs.budget import BudgetGate, BudgetSpent, Ledger
 
 from .conftest import Env, agent_json, engine_daemon, process_records, result_of, run_to_end

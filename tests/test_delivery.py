@@ -15,9 +15,9 @@ import trio
 import trio.testing
 
 from swarmbase import config
-from swarmbase.mcpl.delivery import PUSH_TIMEOUT_S, backoff_delay, classify_answer
+from swarmbase.notify.delivery import PUSH_TIMEOUT_S, backoff_delay, classify_answer
 from swarmbase.mcpl.session import Hub, Session
-from swarmbase.outbox import Outbox
+from swarmbase.notify.outbox import Outbox
 
 from .test_outbox import notice
 

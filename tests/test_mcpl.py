@@ -265,7 +265,7 @@ async def test_policy_refusals_are_tool_errors(running: Env) -> None:
 
 @pytest.fixture
 async def running(env: Env, nursery: trio.Nursery):  # noqa: F811 - parked agents for policy tests
-    from swarmbase.runner import RunnerLimits
+    from swarmbase.script.runner import RunnerLimits
 
     from .conftest import start_daemon
 

@@ -13,7 +13,7 @@ import trio
 
 from swarmbase import config, fsutil
 from swarmbase.client import connect
-from swarmbase.runner import RunnerLimits
+from swarmbase.script.runner import RunnerLimits
 from swarmbase.runs.model import Run
 from swarmbase.runs.store import RunStore
 

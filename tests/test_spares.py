@@ -19,7 +19,7 @@ import trio
 import trio.testing
 
 from swarmbase import config
-from swarmbase.runner import RUNNER_ENV, runner_spec
+from swarmbase.script.runner import RUNNER_ENV, runner_spec
 from swarmbase.runs.script_host import spare_spec
 from swarmbase.runs.spares import Spare, SpareRunners, alive
 

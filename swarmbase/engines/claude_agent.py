@@ -18,7 +18,7 @@ from .. import prices
 from ..config import Config
 from ..launch.egress import ANTHROPIC_API, url_endpoint
 from ..launch.spec import AGENT_DIR, LaunchSpec
-from ..sandbox import interpreter_paths
+from ..launch.sandbox import interpreter_paths
 from . import claude
 from .base import AgentIO, AgentJob, parse_json_line, spawn_failure
 from .verdict import Verdict

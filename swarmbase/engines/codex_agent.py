@@ -23,7 +23,7 @@ from ..config import Config
 from ..launch.egress import url_endpoint
 from ..launch.spec import AGENT_DIR, LaunchSpec
 from ..prices import Tokens
-from ..sandbox import interpreter_paths
+from ..launch.sandbox import interpreter_paths
 from . import codex, framing
 from .base import AgentIO, AgentJob, parse_json_line, spawn_failure
 from .meter import Meter, MeterAgent

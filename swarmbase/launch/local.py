@@ -27,9 +27,9 @@ import attrs
 import trio
 
 from .. import fsutil, identity, seccomp
-from ..procs import LineReader, group_process
-from ..sandbox import Confinement, HostLayout, inside_path, wrap
-from ..spawn import Child, on_spawner
+from .procs import LineReader, group_process
+from .sandbox import Confinement, HostLayout, inside_path, wrap
+from .spawn import Child, on_spawner
 from .netns import Namespace, relaying, thread_can_unshare
 from .pins import Pinned, pin
 from .spec import LaunchSpec, OnLine, ProcResult, Started, placed

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Protocol
 
 import attrs
 
-from ..spawn import Limits
+from .spawn import Limits
 from .egress import Endpoint
 
 AGENT_DIR = "@AGENT_DIR@"

@@ -1,4 +1,4 @@
-"""One MCPL connection: handshake, grant, tools; notices go out through delivery.py.
+"""One MCPL connection: handshake, grant, tools; notices go out through notify/delivery.py.
 
 The read loop never blocks on our own requests: push/event answers come back through
 it and are matched to waiting senders by id. Notices are pushed only after a 0.5 host's
@@ -20,10 +20,10 @@ import trio
 
 from .. import __version__
 from ..config import Caller, Config
-from ..outbox import Outbox
+from ..notify.outbox import Outbox
 from ..runs.supervisor import Supervisor
 from . import features, jsonrpc, selection, tool_docs, tools
-from .delivery import PUSH_TIMEOUT_S, Delivery  # noqa: F401  (PUSH_TIMEOUT_S re-exported)
+from ..notify.delivery import PUSH_TIMEOUT_S, Delivery  # noqa: F401  (PUSH_TIMEOUT_S re-exported)
 from .jsonrpc import Invalid, Notification, Request, Response, RpcError
 
 log = logging.getLogger("swarmbase.mcpl")

@@ -8,7 +8,8 @@ from typing import Any, Callable
 
 import jsonschema
 
-from .. import guide, script_meta, usage
+from .. import guide, usage
+from ..script import meta as script_meta
 from ..config import Caller
 from ..runs import workflow_call, workflows
 from ..runs.model import STATUSES, TERMINAL

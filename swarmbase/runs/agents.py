@@ -28,7 +28,7 @@ from ..config import Config, key_file_problem
 from ..engines.base import AgentIO, AgentJob, Engine, LiveUsage
 from ..engines.strict_schema import StrictSchemaError, strict
 from ..engines.verdict import Verdict
-from ..runner import AgentCallError
+from ..script.runner import AgentCallError
 from . import answers, nudge, records, worktrees
 from .git_sandbox import SandboxedGit
 from .agent_opts import AgentOptions, OptionError, resolve

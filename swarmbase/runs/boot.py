@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import fsutil, notices
+from .. import fsutil
+from ..notify import notices
 from ..audit.rundirs import agent_files, chains_from_disk, end_files
 from ..prices import Tokens
-from ..procs import reap_recorded_groups
+from ..launch.procs import reap_recorded_groups
 from . import journal as journal_mod
 from .model import TERMINAL, Run
 from .records import ENDED, AgentRecord, finished

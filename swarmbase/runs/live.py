@@ -59,7 +59,7 @@ class LiveRun:
     # at agent 2: the numbers running now, and the rows of ended agents (they never change).
     running_now: set[int] = attrs.Factory(set)
     ended_rows: dict[int, dict[str, Any]] = attrs.Factory(dict)
-    meta: Any = None                    # the script's meta (swarmbase.script_meta.Meta), or None
+    meta: Any = None                    # the script's meta (swarmbase.script.meta.Meta), or None
     current_phase: dict[str, int] = attrs.Factory(dict)    # workflow path -> index in phases
     output_tokens: int = 0              # what budget.spent() reports: output tokens of every agent
     max_agents: int = 1000              # the daemon's maxAgentsPerRun, shown to the script

@@ -3,7 +3,7 @@ values a new Run is made from, or RunRefused saying which limit refused it. Pure
 the realpath of a `repository`.
 
 The script's meta block is read here, as a pure literal without running the script
-(swarmbase/script_meta.py), so a computed or misplaced meta is refused before a runner
+(swarmbase/script/meta.py), so a computed or misplaced meta is refused before a runner
 starts or an agent spends anything."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 
 import attrs
 
-from .. import json_depth, script_meta
+from .. import json_depth
+from ..script import meta as script_meta
 from ..config import PROFILES, Caller, Config
 from .agent_opts import OptionError, model_allowed, pinned_cwd
 

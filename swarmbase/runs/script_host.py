@@ -11,7 +11,7 @@ import attrs
 
 from ..launch.spec import LaunchSpec
 from .. import money
-from ..runner import MAX_LOG_CHARS, AgentCallError, Answered, ScriptOutcome, run_script, runner_spec
+from ..script.runner import MAX_LOG_CHARS, AgentCallError, Answered, ScriptOutcome, run_script, runner_spec
 from . import workflows
 from .records import redact_value
 from .workflows import WorkflowCall, WorkflowError, WorkflowScope

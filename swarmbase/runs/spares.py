@@ -32,7 +32,7 @@ import trio
 
 from .. import fsutil
 from ..launch.spec import LaunchSpec
-from ..spawn import Child
+from ..launch.spawn import Child
 
 log = logging.getLogger("swarmbase.spares")
 

@@ -19,12 +19,13 @@ from typing import Any, Protocol
 
 import trio
 
-from .. import fsutil, money, notices
+from .. import fsutil, money
+from ..notify import notices
 from ..audit.seal import RunChains
 from ..config import Caller, Config, key_file_problem
 from ..events import EventHub
-from ..outbox import Outbox
-from ..runner import RunnerLimits
+from ..notify.outbox import Outbox
+from ..script.runner import RunnerLimits
 from . import boot, flush
 from . import deferred as deferred_mod
 from . import journal as journal_mod

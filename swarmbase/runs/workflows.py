@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .. import fsutil, money, script_meta
+from .. import fsutil, money
+from ..script import meta as script_meta
 from ..config import PROFILES
 from .agent_opts import OptionError, pinned_cwd, unknown_option
 from . import journal as journal_mod

@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .mcpl.features import NOTIFY_SET
-from .money import usd
-from .runs.model import Run, iso
+from ..mcpl.features import NOTIFY_SET
+from ..money import usd
+from ..runs.model import Run, iso
 
 PREVIEW_CHARS = 400
 

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
 
-from .jsonrpc import Response
+from ..mcpl.jsonrpc import Response
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ..mcpl.session import Session
 
 log = logging.getLogger("swarmbase.mcpl")
 

@@ -31,11 +31,11 @@ from .bridge import (  # noqa: F401
     ScriptOutcome,
     _Bridge,
 )
-from .launch.spec import LaunchSpec
-from .procs import group_process
-from .spawn import Limits
+from ..launch.spec import LaunchSpec
+from ..launch.procs import group_process
+from ..launch.spawn import Limits
 
-def sandbox_dir(package: Path = Path(__file__).resolve().parent) -> Path:
+def sandbox_dir(package: Path = Path(__file__).resolve().parent.parent) -> Path:
     """Where runner.mjs and its modules are: inside the package when installed from a wheel
     (pyproject.toml maps sandbox/ to swarmbase/_sandbox/), else the checkout's sandbox/
     beside the package (editable installs, PYTHONPATH). Only files are looked at, never

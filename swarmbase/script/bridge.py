@@ -14,8 +14,8 @@ from typing import Any, Protocol
 import attrs
 import trio
 
-from . import json_depth
-from .procs import LineReader
+from .. import json_depth
+from ..launch.procs import LineReader
 
 MAX_LOG_CHARS = 4000
 # A message wraps the script's value in one level of its own ({"t": "call", "opts": …}).

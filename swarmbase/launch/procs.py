@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Callable, ContextManager, Mapping, Sequen
 
 import trio
 
-from . import fsutil
+from .. import fsutil
 from .spawn import Child, Limits, open_child
 
 TERM_GRACE_S = 2.0
