@@ -25,6 +25,7 @@ from .launch import egress
 
 PROFILES = ("think", "read", "write")
 ENGINES = ("claude", "codex")
+DEFAULT_ENGINE = ENGINES[0]      # an agent() without opts.engine, and the engine a run's `model` is for
 PLACEMENTS = ("local", "ray")
 
 
@@ -49,6 +50,9 @@ class CodexEngine:
 class Engines:
     claude: Optional[ClaudeEngine] = _f("claude", None)
     codex: Optional[CodexEngine] = _f("codex", None)
+
+    def configured(self, name: str) -> bool:
+        return {"claude": self.claude, "codex": self.codex}.get(name) is not None
 
 
 @attrs.frozen
@@ -75,6 +79,9 @@ class ModelLists:
     """Per-engine model allowlists (fnmatch globs); None: any model."""
     claude: Optional[list[str]] = _f("claude", None)
     codex: Optional[list[str]] = _f("codex", None)
+
+    def for_engine(self, name: str) -> Optional[list[str]]:
+        return {"claude": self.claude, "codex": self.codex}.get(name)
 
 
 @attrs.frozen
@@ -398,9 +405,9 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
             roots.append(real)
         allowed = c.engines
         if allowed is None:
-            allowed = [e for e in ENGINES if getattr(engines, e) is not None]
+            allowed = [e for e in ENGINES if engines.configured(e)]
         for j, e in enumerate(allowed):
-            if getattr(engines, e) is None:
+            if not engines.configured(e):
                 raise ConfigError(f"{where}.engines[{j}]: engine {e!r} is not configured under engines")
         if "codex" in allowed:
             assert engines.codex is not None

@@ -269,9 +269,7 @@ async def running(env: Env, nursery: trio.Nursery):  # noqa: F811 - parked agent
 
     from .conftest import start_daemon
 
-    class Parked:
-        async def call(self, live, prompt, opts, ticket=None):
-            await trio.sleep_forever()
+    from .fakes.agents import Parked
 
     await start_daemon(nursery, env, agents=Parked(), limits=RunnerLimits(slice_ms=1000))
     yield env

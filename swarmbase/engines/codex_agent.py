@@ -14,20 +14,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import trio
 
 from .. import prices
-from ..config import Config
+from ..config import Caller, Config
 from ..launch.egress import url_endpoint
 from ..launch.spec import AGENT_DIR, LaunchSpec
 from ..prices import Tokens
 from ..launch.sandbox import interpreter_paths
 from . import codex, framing
-from .base import AgentIO, AgentJob, parse_json_line, spawn_failure
+from .base import AgentIO, AgentJob, EngineBase, parse_json_line, spawn_failure
 from .meter import Meter, MeterAgent
+from .strict_schema import strict
 from .verdict import Verdict
+
+MAX_SCHEMA_BYTES = 1024 * 1024     # the schema is a file in the agent's private dir
 
 
 def effective_profile(profile: str, confined: bool, max_profile: str) -> str:
@@ -38,8 +41,10 @@ def effective_profile(profile: str, confined: bool, max_profile: str) -> str:
     return profile
 
 
-class CodexEngine:
+class CodexEngine(EngineBase):
     name = "codex"
+    max_schema_bytes = MAX_SCHEMA_BYTES
+    local_only = "a codex agent's requests go through the daemon's usage meter on loopback"
 
     def __init__(self, cfg: Config, meter: Meter, deny: Callable[[], Sequence[str]],
                  parent_env: Mapping[str, str] | None = None) -> None:
@@ -48,6 +53,24 @@ class CodexEngine:
         self.deny = deny                      # the maintained deny list (used without the sandbox)
         self.parent_env = dict(os.environ if parent_env is None else parent_env)
         self.node = shutil.which("node")
+
+    def default_model(self, caller: Caller, run_model: str | None, phase_model: str | None) -> str | None:
+        """The caller's codex model, else the engine's (a run's model and phases' models are
+        Claude models)."""
+        cx = self.cfg.engines.codex
+        return caller.defaultModels.codex or (cx.defaultModel if cx else None)
+
+    def token_budget(self, asked: int | None) -> int | None:
+        cx = self.cfg.engines.codex
+        assert cx is not None
+        return min(asked or cx.maxTokensDefault, cx.maxTokensMax)
+
+    def prepare_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """OpenAI's strict structured outputs (StrictSchemaError, a SchemaRefused, if it cannot be)."""
+        return strict(schema)
+
+    def price(self, model: str | None) -> prices.PriceRow | None:
+        return prices.row_for(model, self.cfg.prices, engine="codex")
 
     def spec(self, job: AgentJob, bearer: str, profile: str, confined: bool) -> LaunchSpec:
         engine = self.cfg.engines.codex
@@ -77,9 +100,9 @@ class CodexEngine:
         assert engine is not None and engine.baseUrl
         if not os.access(engine.bin, os.X_OK):
             return spawn_failure("codex", engine.bin, "the executable is missing (engines.codex.bin)")
-        confined = bool(getattr(io.launcher, "confined", False))
+        confined = io.launcher.confined
         profile = effective_profile(job.profile, confined, job.caller_max_profile)
-        price = prices.row_for(job.model, self.cfg.prices, engine="codex")
+        price = self.price(job.model)
         io.usage.priced = price is not None
         stop: list[str] = []
         kill_scope = trio.CancelScope()

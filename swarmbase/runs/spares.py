@@ -31,8 +31,8 @@ from typing import Any, AsyncIterator, Callable, Mapping
 import trio
 
 from .. import fsutil
-from ..launch.spec import LaunchSpec
 from ..launch.spawn import Child
+from ..launch.spec import LaunchSpec, ProcessOpener
 
 log = logging.getLogger("swarmbase.spares")
 
@@ -76,7 +76,7 @@ class Spare:
 class SpareRunners:
     """A pool of `size` ready runners, kept full while `serve()` runs."""
 
-    def __init__(self, launcher: Any, spec: Callable[[str], LaunchSpec], size: int = 1) -> None:
+    def __init__(self, launcher: ProcessOpener, spec: Callable[[str], LaunchSpec], size: int = 1) -> None:
         self.launcher = launcher
         self.spec = spec                      # key -> the runner's LaunchSpec
         self.size = size
@@ -100,10 +100,7 @@ class SpareRunners:
         return None
 
     def _note_taken(self, spare: Spare, record: Mapping[str, Any]) -> None:
-        procs = getattr(self.launcher, "procs", None)
-        if procs is None:
-            return
-        path = procs / f"{spare.key}.json"
+        path = self.launcher.procs / f"{spare.key}.json"
         try:
             data = fsutil.read_json(path) or {}
             fsutil.write_json(path, {**data, **record, "spare": "taken"}, durable=False)

@@ -235,7 +235,7 @@ class RunStore:
         shutil.rmtree(self.work_dir(run), ignore_errors=True)
 
     # -- boot ------------------------------------------------------------------------
-    def load_all(self, damaged: Callable[[Path, str], None]) -> Iterator[Run]:
+    def load_all(self, damaged: Callable[[Path, str], object]) -> Iterator[Run]:
         """Every readable run on disk; whatever cannot be read is quarantined and reported
         through `damaged(path, fault)`."""
         for entry in sorted(self.root.iterdir()):

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from .run_request import RunRefused
+from .run_opts import RunRefused
 from .workflows import WorkflowError, find_saved, listing, read_script_file
 
 # Passed to the supervisor as they are.
