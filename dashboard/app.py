@@ -119,7 +119,7 @@ def register(app: Quart, services: Served) -> None:
     # -- SSE, beside Quart: each stream's writes are bounded and its socket reachable ----
     quart_asgi = app.asgi_app
 
-    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:  # ASGI: untyped dicts
         m = SSE_PATH.fullmatch(scope.get("path", "")) if scope.get("type") == "http" else None
         if m is None or scope.get("method") != "GET":
             return await quart_asgi(scope, receive, send)

@@ -92,10 +92,10 @@ class Pages:
     def run_view(self, run: Any) -> dict[str, Any]:
         sup = self.sup
         live = sup.live.get(run.id)
-        phases = [{"title": p.get("title"), "workflow": str(p.get("workflow") or ""),
+        phases: list[dict[str, Any]] = [{"title": p.get("title"), "workflow": str(p.get("workflow") or ""),
                    "rows": sorted((views.normalize(a, p.get("title")) for a in p.get("agents", [])),
                                   key=lambda r: r.get("n", 0))} for p in sup.phases(run)]
-        rows = [r for p in phases for r in p["rows"]]
+        rows: list[dict[str, Any]] = [r for p in phases for r in p["rows"]]
         adir = self.store.dir(run) / "agents"
         for i, r in enumerate(rows):
             rec = live.agents.get(r["n"]) if live is not None else None

@@ -24,9 +24,9 @@ from .config_schema import field as _f
 from .launch import egress
 
 PROFILES = ("think", "read", "write")
-ENGINES = ("claude", "codex")
+ENGINES: tuple[Literal["claude", "codex"], ...] = ("claude", "codex")
 DEFAULT_ENGINE = ENGINES[0]      # an agent() without opts.engine, and the engine a run's `model` is for
-PLACEMENTS = ("local", "ray")
+PLACEMENTS: tuple[Literal["local", "ray"], ...] = ("local", "ray")
 
 
 @attrs.frozen

@@ -183,7 +183,7 @@ class _QuartTransport:
     context variable, and sessions are also closed from other connections' tasks."""
 
     def __init__(self) -> None:
-        self.ws = websocket._get_current_object()
+        self.ws = websocket._get_current_object()  # type: ignore[attr-defined]  # a werkzeug LocalProxy
 
     async def send(self, text: str) -> None:
         await self.ws.send(text)

@@ -81,8 +81,9 @@ class _StateCollector:
         yield agents
         depth = GaugeMetricFamily("swarmbase_outbox_depth", "Run-end notices waiting for their caller's host",
                                   labels=["caller"])
-        for caller in sorted(c.name for c in env.cfg.callers) if env is not None else []:
-            depth.add_metric([caller], len(env.outbox.pending(caller)))
+        if env is not None:
+            for caller in sorted(c.name for c in env.cfg.callers):
+                depth.add_metric([caller], len(env.outbox.pending(caller)))
         yield depth
         yield GaugeMetricFamily("swarmbase_damaged_files", "Files quarantined at boot",
                                 value=len(env.store.damaged) if env is not None else 0)
@@ -162,12 +163,12 @@ class Metrics(NoObserver):
         a client until its request ends."""
         inner = app.asgi_app
 
-        async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def asgi(scope: Any, receive: Any, send: Any) -> None:  # ASGI: untyped dicts
             if scope.get("type") != "http":
                 return await inner(scope, receive, send)
             counted = False
 
-            async def send_counting(msg: dict[str, Any]) -> None:
+            async def send_counting(msg: Any) -> None:
                 nonlocal counted
                 if msg.get("type") == "http.response.start" and not counted and any(
                         k.lower() == b"content-type" and v.startswith(b"text/event-stream")

@@ -108,7 +108,7 @@ def history_times(history: list[dict[str, Any]]) -> list[tuple[Any, float | None
 def state_waits(marks: list[tuple[Any, float | None, dict[str, Any]]]) -> dict[str, float]:
     """Seconds spent in each waiting state before the agent ran (from its state history)."""
     waits: dict[str, float] = {}
-    for (state, t, _), (_, t_next, _) in zip(marks, marks[1:]):
+    for (state, t, _), (_, t_next, _) in zip(marks, marks[1:], strict=False):
         if state in ("queued", "waiting-budget", "waiting-node") and t is not None and t_next is not None:
             waits[state] = waits.get(state, 0.0) + max(0.0, t_next - t)
     return waits

@@ -224,7 +224,7 @@ def render_table(rep: dict[str, Any]) -> str:
     widths = [max(len(row[i]) for row in [head, *body, foot]) for i in range(len(head))]
 
     def fmt(row: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) if i >= 4 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+        return "  ".join(c.rjust(w) if i >= 4 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))).rstrip()
 
     lines = [f"spend {rep['from']} .. {rep['to']} (UTC, by agent end time; ~ = includes estimates)", fmt(head)]
     lines += [fmt(r) for r in body] or ["(no agents ended in this range)"]

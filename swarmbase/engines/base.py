@@ -58,10 +58,6 @@ class AgentJob:
     state_dirs: tuple[str, ...] = ()
     cwd_roots: tuple[str, ...] = ()
     caller_paths: tuple[str, ...] = ()
-
-    def launch_checks(self) -> dict[str, tuple[str, ...]]:
-        """The LaunchSpec fields that carry them."""
-        return {"state_dirs": self.state_dirs, "cwd_roots": self.cwd_roots, "caller_paths": self.caller_paths}
     network: tuple[str, ...] = ()             # the caller's `network` entries (write agents may reach them)
 
     def egress(self, model_api: Endpoint, profile: str | None = None) -> tuple[Endpoint, ...]:

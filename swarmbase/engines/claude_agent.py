@@ -14,7 +14,6 @@ from typing import Mapping
 
 import attrs
 
-from typing import Any
 
 from .. import prices
 from ..config import Caller, Config
@@ -61,7 +60,8 @@ class ClaudeEngine(EngineBase):
                           read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
                           write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,
                           egress=job.egress(url_endpoint(engine.baseUrl or ANTHROPIC_API)),
-                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, **job.launch_checks(),
+                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, state_dirs=job.state_dirs,
+                          cwd_roots=job.cwd_roots, caller_paths=job.caller_paths,
                           record={"runId": job.run_id, "n": job.n, "engine": "claude"})
 
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict:

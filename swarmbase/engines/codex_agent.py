@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import trio
@@ -92,7 +93,8 @@ class CodexEngine(EngineBase):
                           files=files, dirs=("home", "tmp", "codex-home"), stdin_file="prompt.txt",
                           read=tuple(read), write=(job.cwd, *job.extra_write) if profile == "write" else (),
                           network=True, egress=job.egress(url_endpoint(self.meter.url), profile),
-                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, **job.launch_checks(), nesting=True,
+                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, state_dirs=job.state_dirs,
+                          cwd_roots=job.cwd_roots, caller_paths=job.caller_paths, nesting=True,
                           record={"runId": job.run_id, "n": job.n, "engine": "codex"})
 
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict:
@@ -144,18 +146,18 @@ class CodexEngine(EngineBase):
             io.usage.exact = stream.completed and not magent.estimated and not cut.total
         if res is not None and res.spawn_error:
             return spawn_failure("codex", engine.bin, res.spawn_error)
-        common = dict(cost_usd=io.usage.cost_usd, tokens=io.usage.tokens, tokens_exact=io.usage.exact,
-                      exit_code=res.exit_code if res else None)
+        verdict = partial(Verdict, cost_usd=io.usage.cost_usd, tokens=io.usage.tokens, tokens_exact=io.usage.exact,
+                          exit_code=res.exit_code if res else None)
         if stop:
-            return Verdict(ok=False, error=stop[0], **common)
+            return verdict(ok=False, error=stop[0])
         if res is not None and res.idle_timeout:
-            return Verdict(ok=False, error=(f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); "
-                                            "the agent was killed"), **common)
+            return verdict(ok=False, error=(f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); "
+                                            "the agent was killed"))
         v = codex.judge(stream, job.schema)
         error = v.error
         if not v.ok and magent.error:
             error = f"{v.error} ({magent.error})"
-        return Verdict(ok=v.ok, value=v.value, error=error, text=v.text, schema_error=v.schema_error, **common)
+        return verdict(ok=v.ok, value=v.value, error=error, text=v.text, schema_error=v.schema_error)
 
 
 def settled_tokens(magent: MeterAgent, stream: codex.CodexStream) -> Tokens:

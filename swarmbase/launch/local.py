@@ -158,7 +158,7 @@ class LocalLauncher(LauncherBase):
             command = wrap(self.mode, self.layout, conf, argv)
             stdin_file = None
             if spec.stdin_file is not None and private is not None:
-                stdin_file = open(private / spec.stdin_file, "rb")
+                stdin_file = await trio.to_thread.run_sync(open, private / spec.stdin_file, "rb")
                 stdin = stdin_file.fileno()
             try:
                 # Under the sandbox bwrap's --chdir places the child; bwrap itself starts in /.

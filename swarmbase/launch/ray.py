@@ -131,7 +131,8 @@ class RayLauncher(NodeWatcher, LauncherBase):
         call at a time is in flight, whoever waits for it."""
         ray = await self.connect()
         if self._nodes_call is None:
-            self._nodes_call = call = (trio.Event(), {})
+            call: tuple[trio.Event, dict[str, Any]] = (trio.Event(), {})
+            self._nodes_call = call
 
             async def ask() -> None:
                 try:

@@ -18,6 +18,7 @@ from typing import Any, Hashable, Protocol
 
 import trio
 
+from ..jsonvalue import object_at
 from .. import __version__
 from ..config import Caller, Config
 from ..notify.delivery import Delivery
@@ -268,10 +269,10 @@ class Session:
 
     def _initialize(self, params: Any, nursery: trio.Nursery) -> dict[str, Any]:
         params = params if isinstance(params, dict) else {}
-        caps = params.get("capabilities") if isinstance(params.get("capabilities"), dict) else {}
-        exp = caps.get("experimental") if isinstance(caps.get("experimental"), dict) else {}
+        caps = object_at(params, "capabilities")
+        exp = object_at(caps, "experimental")
         mcpl = exp.get("mcpl")
-        info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
+        info = object_at(params, "clientInfo")
         self.client_name = info.get("name") if isinstance(info.get("name"), str) else None
         self.initialized = True
         result: dict[str, Any] = {

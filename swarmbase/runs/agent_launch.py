@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import attrs
 import trio
@@ -22,6 +22,7 @@ from .. import fsutil
 from ..config import key_file_problem
 from ..engines.base import AgentIO, AgentJob, Engine, LiveUsage
 from ..engines.verdict import Verdict
+from ..jsonvalue import Json
 from ..launch.spec import Launcher, ProcessOpener
 from ..script.bridge import AgentCallError
 from . import answers, nudge, worktrees
@@ -120,7 +121,7 @@ class AgentLauncher:
                 last[0] = now
                 live.agent_changed(rec, usage_only=True)
 
-        def started(where: Mapping[str, Any]) -> None:
+        def started(where: Mapping[str, Json]) -> None:
             rec.node = where.get("node") if isinstance(where.get("node"), str) else None
             if rec.state == "waiting-node":          # placed: the CLI runs on its node now
                 rec.set_state("running", **({"node": rec.node} if rec.node else {}))

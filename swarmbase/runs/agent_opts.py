@@ -9,7 +9,7 @@ import fnmatch
 import json
 import math
 import os
-from typing import Any, Mapping
+from typing import Mapping
 
 import attrs
 import jsonschema
@@ -17,6 +17,7 @@ import jsonschema
 from ..config import DEFAULT_ENGINE, ENGINES, PLACEMENTS, PROFILES, Caller, Config
 from ..defaults import NO_ENGINE_FIX
 from ..engines.base import TOKEN_BUDGETED, Engine
+from ..jsonvalue import Json, JsonObject
 from . import journal
 from .model import Run
 
@@ -43,7 +44,7 @@ class AgentOptions:
     model: str | None
     effort: str | None
     profile: str
-    schema: dict[str, Any] | None
+    schema: JsonObject | None
     max_usd: float | None
     max_tokens: int | None
     cwd: str | None            # None: the run's work dir
@@ -60,7 +61,7 @@ class AgentOptions:
     def key_material(self, prompt: str, args_digest: str, workflow: str | None = None) -> str:
         """The content key of this call (before its occurrence index); a nested workflow's
         agents carry its path."""
-        extra: dict[str, Any] = {"isolation": self.isolation, "base": self.base} if self.isolation else {}
+        extra: JsonObject = {"isolation": self.isolation, "base": self.base} if self.isolation else {}
         if self.agent_type is not None:
             extra["agentType"] = self.agent_type
         return journal.base_key(engine=self.engine, model=self.model, profile=self.profile, effort=self.effort,
@@ -68,7 +69,7 @@ class AgentOptions:
                                 workflow=workflow, **extra)
 
 
-def _type(name: str, value: Any, kind: type | tuple[type, ...], what: str) -> None:
+def _type(name: str, value: Json, kind: type | tuple[type, ...], what: str) -> None:
     if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
         raise OptionError(f"agent(): opts.{name} must be {what}, got a boolean")
     if not isinstance(value, kind):
@@ -101,7 +102,7 @@ def model_allowed(model: str, patterns: list[str] | None) -> bool:
     return patterns is None or any(fnmatch.fnmatchcase(model, p) for p in patterns)
 
 
-def unknown_option(what: str, name: Any, known: tuple[str, ...]) -> str:
+def unknown_option(what: str, name: Json, known: tuple[str, ...]) -> str:
     """The refusal of an unknown option, with a "did you mean" for a near miss."""
     text = str(name)[:100]
     near = difflib.get_close_matches(text, known, n=1, cutoff=0.6) or \
@@ -110,7 +111,7 @@ def unknown_option(what: str, name: Any, known: tuple[str, ...]) -> str:
     return f"{what}: unknown option {text!r}{hint} (known: {', '.join(known)})"
 
 
-def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Config, n: int,
+def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config, n: int,
             default_timeout_ms: int, engines: Mapping[str, Engine], profile: str | None = None,
             phase_model: str | None = None) -> AgentOptions:
     """`engines`: the daemon's engines by name (what each takes: schema size, models, token
@@ -245,7 +246,7 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
                         agent_type=agent_type)
 
 
-def object_root(schema: dict[str, Any]) -> None:
+def object_root(schema: JsonObject) -> None:
     """Claude Code's rule: a schema's root is {type: 'object', properties: {...}} and its
     `required` names only listed properties (the StructuredOutput tool takes an object);
     anything else is refused before an agent starts and spends anything."""
@@ -263,7 +264,7 @@ def object_root(schema: dict[str, Any]) -> None:
                               "which is not in its properties. The agent was not started")
 
 
-def _placement(opts: dict[str, Any], engine: str, engines: Mapping[str, Engine], cwd: str | None, caller: Caller,
+def _placement(opts: JsonObject, engine: str, engines: Mapping[str, Engine], cwd: str | None, caller: Caller,
                cfg: Config) -> str:
     allowed = caller.placements or ["local"]
     local_only = engines[engine].local_only

@@ -10,10 +10,11 @@ once, in that same order. `call` then runs the agent in its own task.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 import attrs
 
+from ..jsonvalue import Json, JsonObject
 from .agent_opts import AgentOptions
 from .live import LiveRun
 from .scope import Scope
@@ -31,7 +32,7 @@ class Ticket:
 @attrs.frozen
 class Replayed:
     """A journaled call's answer, known at once."""
-    value: Any
+    value: Json
 
 
 class AgentService(Protocol):
@@ -39,13 +40,13 @@ class AgentService(Protocol):
     def spawned(self) -> int:
         """Agent processes started since boot (for benches and tests)."""
 
-    def begin(self, scope: Scope, prompt: str, opts: dict[str, Any]) -> Ticket:
+    def begin(self, scope: Scope, prompt: str, opts: JsonObject) -> Ticket:
         """In call order: number the call, resolve its options, key it."""
 
-    def replay_now(self, scope: Scope, prompt: str, opts: dict[str, Any], ticket: Ticket) -> Replayed | None:
+    def replay_now(self, scope: Scope, prompt: str, opts: JsonObject, ticket: Ticket) -> Replayed | None:
         """In call order: the answer of a call the old journal holds, else None."""
 
-    async def call(self, scope: Scope, prompt: str, opts: dict[str, Any], ticket: Ticket) -> Any:
+    async def call(self, scope: Scope, prompt: str, opts: JsonObject, ticket: Ticket) -> Json:
         """Run the agent; its answer (AgentCallError makes agent() throw in the script)."""
 
     def calls_cancelled(self, live: LiveRun, tickets: Sequence[Ticket], reason: str) -> None:

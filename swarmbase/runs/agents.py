@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import attrs
 import trio
 
 from ..engines.base import Engine, LiveUsage, SchemaRefused
 from ..engines.verdict import Verdict
+from ..jsonvalue import Json, JsonObject
 from ..launch.spec import Placements
 from ..script.bridge import AgentCallError
 from . import answers, records, worktrees
@@ -65,7 +66,7 @@ class Agents:
         return self.launchers.local.spawned
 
     # -- in call order (the ScriptHost side) -----------------------------------------------
-    def begin(self, scope: Scope, prompt: str, opts: dict[str, Any]) -> Ticket:
+    def begin(self, scope: Scope, prompt: str, opts: JsonObject) -> Ticket:
         """In call order: the agent's number, its resolved options and its journal key."""
         live = scope.root
         n = live.next_agent_number()
@@ -83,7 +84,7 @@ class Agents:
             live.slots.register(n)
         return Ticket(n=n, key=key, opts=o)
 
-    def replay_now(self, scope: Scope, prompt: str, opts: dict[str, Any], ticket: Ticket) -> Replayed | None:
+    def replay_now(self, scope: Scope, prompt: str, opts: JsonObject, ticket: Ticket) -> Replayed | None:
         """In call order, for the bridge: a journaled success is answered at once."""
         t = ticket
         if t.error is None and t.opts is not None and t.key is not None and t.n <= self.cfg.maxAgentsPerRun:
@@ -111,7 +112,7 @@ class Agents:
         return True
 
     # -- the call --------------------------------------------------------------------------
-    async def call(self, scope: Scope, prompt: str, opts: dict[str, Any], ticket: Ticket) -> Any:
+    async def call(self, scope: Scope, prompt: str, opts: JsonObject, ticket: Ticket) -> Json:
         live, t = scope.root, ticket
         if t.n > self.cfg.maxAgentsPerRun:
             raise AgentCallError(f"agent(): this run reached its cap of {self.cfg.maxAgentsPerRun} agents "
@@ -154,7 +155,7 @@ class Agents:
         return await self._run_agent(scope, t, o, prompt, opts)
 
     # -- one agent -------------------------------------------------------------------
-    async def _run_agent(self, scope: Scope, t: Ticket, o: AgentOptions, prompt: str, opts: dict[str, Any]) -> Any:
+    async def _run_agent(self, scope: Scope, t: Ticket, o: AgentOptions, prompt: str, opts: JsonObject) -> Json:
         live = scope.root
         run, redact = live.run, self.env.redact
         rec = AgentRecord(n=t.n, dir=self.env.store.dir(run) / "agents" / str(t.n), label=o.label, engine=o.engine,
@@ -274,8 +275,8 @@ class Agents:
         return reserved, tokens
 
     # -- replay, settling and recording --------------------------------------------------
-    def _replay(self, scope: Scope, n: int, o: AgentOptions, prompt: str, opts: dict[str, Any],
-                cached: dict[str, Any]) -> Any:
+    def _replay(self, scope: Scope, n: int, o: AgentOptions, prompt: str, opts: JsonObject,
+                cached: JsonObject) -> Json:
         """A journaled success: no process, no spend; recorded and shown as replayed."""
         live = scope.root
         rec = AgentRecord(n=n, dir=self.env.store.dir(live.run) / "agents" / str(n), label=o.label,
@@ -291,7 +292,7 @@ class Agents:
         live.agent_changed(rec)
         return answers.replayed(o.detail, n, cached.get("result"), cached.get("worktree"))
 
-    async def _journal(self, live: LiveRun, key: str | None, rec: AgentRecord, value: Any) -> None:
+    async def _journal(self, live: LiveRun, key: str | None, rec: AgentRecord, value: Json) -> None:
         """Shielded: a result the script was about to get is journaled even if the run is
         being cancelled right now (a resume then replays it)."""
         if live.journal is None or key is None:

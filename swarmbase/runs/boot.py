@@ -14,13 +14,13 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 from .. import fsutil
 from ..audit.rundirs import agent_files, chains_from_disk, end_files
 from ..audit.seal import RunChains
+from ..jsonvalue import JsonObject
 from ..launch.procs import reap_recorded_groups
 from ..notify import notices
 from ..prices import Tokens
@@ -157,7 +157,7 @@ def _interrupt_agents(store: RunStore, run: Run, chains: RunChains | None = None
     agents_dir = store.dir(run) / "agents"
     journaled = _journaled(store.dir(run) / "journal.jsonl", run.id)
     done = 0
-    rows: dict[int, dict[str, Any]] = {}
+    rows: dict[int, JsonObject] = {}
     if agents_dir.is_dir():
         for d in agents_dir.iterdir():
             try:
@@ -193,7 +193,7 @@ def _interrupt_agents(store: RunStore, run: Run, chains: RunChains | None = None
     run.agents_done = max(run.agents_done, done)
 
 
-def _journaled(path: Path, run_id: str) -> dict[int, dict[str, Any]]:
+def _journaled(path: Path, run_id: str) -> dict[int, JsonObject]:
     """This run's own journal lines by agent number (not lines carried from a resumed run)."""
     try:
         loaded = journal_mod.load(path)
@@ -203,8 +203,8 @@ def _journaled(path: Path, run_id: str) -> dict[int, dict[str, Any]]:
             if e.get("runId") == run_id and isinstance(e.get("n"), int) and e.get("state") in ENDED}
 
 
-def _finish_from_journal(rec: AgentRecord, entry: dict[str, Any]) -> None:
-    t: dict[str, Any] = entry["tokens"] if isinstance(entry.get("tokens"), dict) else {}
+def _finish_from_journal(rec: AgentRecord, entry: JsonObject) -> None:
+    t: JsonObject = entry["tokens"] if isinstance(entry.get("tokens"), dict) else {}
     rec.cost_usd = float(entry.get("costUsd") or 0.0)
     rec.cost_estimated = bool(entry.get("estimated"))
     rec.tokens = Tokens(input=int(t.get("input", 0)), output=int(t.get("output", 0)),

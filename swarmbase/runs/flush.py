@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import trio
 
 from .. import fsutil
 from ..audit.rundirs import agent_files, end_files
+from ..jsonvalue import JsonObject
 from .live import LiveRun
 from .records import ENDED
 from .store import RunStore
@@ -81,7 +81,7 @@ async def write(store: RunStore, live: LiveRun, final: bool = False) -> None:
 
     chains = live.chains
 
-    def io() -> dict[str, Any] | None:
+    def io() -> JsonObject | None:
         for path, data, ended in agents:
             if ended and chains is not None:      # the agent's final record: sealed
                 data = chains.agent_record(int(path.parent.name), data, agent_files(path.parent))

@@ -32,7 +32,7 @@ import re
 import secrets
 import shlex
 import subprocess
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import trio
 
@@ -135,7 +135,8 @@ class SandboxedGit:
         try:
             async with self.launcher.open(spec, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE) as proc:
-                async def drain(stream: Any, into: bytearray) -> None:
+                async def drain(stream: trio.abc.ReceiveStream | None, into: bytearray) -> None:
+                    assert stream is not None          # both were asked for as pipes
                     while chunk := await stream.receive_some(65536):
                         into.extend(chunk)
                 async with trio.open_nursery() as n:

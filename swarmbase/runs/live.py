@@ -9,7 +9,7 @@ LiveRun is the root Scope (scope.py); a nested workflow's scope shares it as its
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 import trio
@@ -17,6 +17,7 @@ import trio
 from .. import fsutil, money
 from ..audit.seal import RunChains
 from ..config import Caller
+from ..jsonvalue import JsonObject
 from ..notify import notices
 from ..script.meta import Meta
 from . import journal as journal_mod
@@ -76,16 +77,16 @@ class LiveRun:
     # Kept as agents change (agent_changed), so a change costs the same at agent 2,000 as
     # at agent 2: the numbers running now, and the rows of ended agents (they never change).
     running_now: set[int] = attrs.Factory(set)
-    ended_rows: dict[int, dict[str, Any]] = attrs.Factory(dict)
+    ended_rows: dict[int, JsonObject] = attrs.Factory(dict)
     output_tokens: int = 0              # what budget.spent() reports: output tokens of every agent
     # The journal: this run's, the old one's entries a resume replays, and the key counter.
     journal: Journal | None = None
     journal_lock: trio.Lock = attrs.Factory(trio.Lock)
-    replay: dict[str, dict[str, Any]] = attrs.Factory(dict)    # key -> old journal entry
+    replay: dict[str, JsonObject] = attrs.Factory(dict)    # key -> old journal entry
     keys: KeyCounter = attrs.Factory(KeyCounter)
     args_digest: str = ""
     # Phases: one group per (workflow path, title); the current one of each workflow.
-    phases: list[dict[str, Any]] = attrs.Factory(list)
+    phases: list[JsonObject] = attrs.Factory(list)
     current_phase: dict[str, int] = attrs.Factory(dict)    # workflow path -> index in phases
     writes: Pending = attrs.Factory(Pending)
     log_bytes: int = 0
@@ -138,7 +139,7 @@ class LiveRun:
         self.agents[rec.n] = rec
         self.run.agents_total += 1
 
-    def budget_view(self) -> dict[str, Any]:
+    def budget_view(self) -> JsonObject:
         return script_budget(self, self.usd, self.tokens)
 
     # -- stopping ------------------------------------------------------------------------
@@ -220,7 +221,7 @@ class LiveRun:
                 log.error("run %s: could not write a log line: %s", self.run.id, e)
         self.env.events.publish(self.run.id, "log", entry)
 
-    async def journal_append(self, entry: dict[str, Any]) -> None:
+    async def journal_append(self, entry: JsonObject) -> None:
         """A finished agent's journal line, fsync'd off the event loop before agent() answers.
         A full disk keeps it in memory (the agent's paid result is not lost: it is written
         when space returns, and resume waits for it) and the answer goes to the script."""
@@ -242,7 +243,7 @@ class LiveRun:
             if p.detail:
                 group["detail"] = p.detail
 
-    def phase_named(self, path: str, title: str) -> dict[str, Any]:
+    def phase_named(self, path: str, title: str) -> JsonObject:
         """The group of this title in this workflow, made if new; the current phase stays."""
         for p in self.phases:
             if p["title"] == title and p.get("workflow", "") == path:
@@ -267,7 +268,7 @@ class LiveRun:
         agents filed under it."""
         return self.meta.phase_model(title) if self.meta is not None and not path and title else None
 
-    def phase_for(self, path: str) -> dict[str, Any]:
+    def phase_for(self, path: str) -> JsonObject:
         """A workflow's current phase; agents started before any phase() go to an implicit
         one ('main' for the root script, the workflow's label for a nested one)."""
         i = self.current_phase.get(path)
@@ -277,7 +278,7 @@ class LiveRun:
         title = self.default_phase if not path else (scope.default_phase if scope is not None else f"workflow {path}")
         return self.phase_named(path, title)
 
-    def phases_view(self) -> list[dict[str, Any]]:
+    def phases_view(self) -> list[JsonObject]:
         ended = self.ended_rows
         return [{"title": p["title"], "workflow": p.get("workflow", ""),
                  "agents": [ended[n] if n in ended else self.agents[n].row() for n in p["agents"] if n in self.agents]}
@@ -301,7 +302,7 @@ class LiveRun:
         return len(self.running_now)
 
 
-def script_budget(live: LiveRun, usd: BudgetGate, tokens: BudgetGate) -> dict[str, Any]:
+def script_budget(live: LiveRun, usd: BudgetGate, tokens: BudgetGate) -> JsonObject:
     """What a script's `budget` shows (sandbox/context/hooks.mjs): Claude Code's token target
     and output tokens spent (shared by the whole run, nested workflows too), the run's agent
     count and cap (parallel() and pipeline() check them before they start anything), and
@@ -310,7 +311,7 @@ def script_budget(live: LiveRun, usd: BudgetGate, tokens: BudgetGate) -> dict[st
             "outputTokens": live.output_tokens, "agents": live.agent_count, "maxAgents": live.max_agents}
 
 
-def summary(run: Run, live: LiveRun | None, url: str) -> dict[str, Any]:
+def summary(run: Run, live: LiveRun | None, url: str) -> JsonObject:
     """A run's row (status and list tools, the dashboard): its record, what a live run holds
     reserved and has running, its link."""
     out = run.summary()

@@ -3,17 +3,17 @@ agent records, and whether run.json and phases.json are due."""
 
 from __future__ import annotations
 
-from typing import Any
 
 import attrs
 import trio
 
+from ..jsonvalue import JsonObject
 from .records import AgentRecord
 
 
 @attrs.define
 class Pending:
-    log: list[dict[str, Any]] = attrs.Factory(list)
+    log: list[JsonObject] = attrs.Factory(list)
     agents: dict[int, AgentRecord] = attrs.Factory(dict)
     run_dirty: bool = False
     phases_dirty: bool = False

@@ -12,12 +12,13 @@ starts or an agent spends anything."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, TypeVar
+from typing import Mapping, TypeVar
 
 import attrs
 
 from .. import json_depth
 from ..config import DEFAULT_ENGINE, PROFILES, Caller, Config
+from ..jsonvalue import Json, JsonObject
 from ..script import meta as script_meta
 from .agent_opts import OptionError, model_allowed, pinned_cwd
 from .model import Run
@@ -38,7 +39,7 @@ class RunRefused(Exception):
 class Asked:
     """What a request asks for; None: the caller's default."""
     script: str
-    args: Any = None
+    args: Json = None
     label: str | None = None
     model: str | None = None
     effort: str | None = None
@@ -62,9 +63,9 @@ PARAMS = {"label": "label", "model": "model", "effort": "effort", "profile": "pr
 NUMBERS = {"budget_usd": float, "budget_warn_at": float, "budget_tokens": int, "timeout_ms": int}
 
 
-def asked(params: Mapping[str, Any]) -> Asked:
+def asked(params: Mapping[str, Json]) -> Asked:
     """The `run` tool's parameters (already checked against its JSON Schema)."""
-    values: dict[str, Any] = {}
+    values: JsonObject = {}
     for field, name in PARAMS.items():
         v = params.get(name)
         if v is not None:
@@ -72,7 +73,7 @@ def asked(params: Mapping[str, Any]) -> Asked:
     return Asked(script=params["script"], args=params.get("args"), **values)
 
 
-def asked_again(old: Run, script: str, args: Any, lost: set[str], params: Mapping[str, Any]) -> Asked:
+def asked_again(old: Run, script: str, args: Json, lost: set[str], params: Mapping[str, Json]) -> Asked:
     """A resume: the old run's values (but those a damaged record lost: the caller's
     defaults then), the script and args it runs with, and what the call sets anew."""
     def kept(name: str, value: T) -> T | None:

@@ -4,11 +4,12 @@ runner itself, a plain node argv. One Runners serves every run and nested workfl
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import trio
 
 from ..config import Config
+from ..jsonvalue import Json
 from ..launch.spec import LaunchSpec, ProcessOpener
 from ..script.host import RunnerLimits, ScriptHost, ScriptOutcome
 from ..script.runner import run_script, runner_spec
@@ -28,14 +29,14 @@ class Runners:
         self.spares = (SpareRunners(opener, spare_spec(cfg), cfg.spareRunners)
                        if argv is None and cfg.spareRunners > 0 else None)
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the spare runners ready (nothing to do without them)."""
         if self.spares is None:
             task_status.started()
             return
         await self.spares.serve(task_status=task_status)
 
-    async def run(self, host: ScriptHost, source: str, args: Any, *, key: str, run_id: str,
+    async def run(self, host: ScriptHost, source: str, args: Json, *, key: str, run_id: str,
                   workflow: str = "") -> ScriptOutcome:
         """Run one script (a run's, or a nested workflow's) to its end."""
         spec = runner_spec(key=key, memory_mb=self.memory_mb, cpu_seconds=self.cpu_seconds,

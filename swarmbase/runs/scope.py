@@ -7,8 +7,9 @@ journal, records, change reporting) is reached through `root`, never proxied.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
+from ..jsonvalue import JsonObject
 from .budget import BudgetGate
 from .journal import KeyCounter
 from .live import Bridge, LiveRun
@@ -35,5 +36,5 @@ class Scope(Protocol):
     def add_agent(self, rec: AgentRecord, phase_title: str | None = None) -> None:
         """File one of this script's agents in the run (under opts.phase, else its current phase)."""
 
-    def budget_view(self) -> dict[str, Any]:
+    def budget_view(self) -> JsonObject:
         """What this script's `budget` shows."""

@@ -6,11 +6,11 @@ given its scope, the agent service and the runners, and nothing else."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import attrs
 
 from .. import money
+from ..jsonvalue import Json, JsonObject
 from ..script.bridge import MAX_LOG_CHARS
 from ..script.host import AgentCallError, Answered, Attached, ScriptOutcome
 from . import workflows
@@ -41,24 +41,24 @@ class ScriptHost:
         self.scope.bridge = bridge
 
     # -- agent() ------------------------------------------------------------------
-    def agent_begin(self, prompt: str, opts: dict[str, Any]) -> Ticket | Answered:
+    def agent_begin(self, prompt: str, opts: JsonObject) -> Ticket | Answered:
         ticket = self.agents.begin(self.scope, prompt, opts)
         replayed = self.agents.replay_now(self.scope, prompt, opts, ticket)
         return Answered(replayed.value) if replayed is not None else ticket
 
-    async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any) -> Any:
+    async def agent(self, prompt: str, opts: JsonObject, ticket: object) -> Json:
         if not isinstance(ticket, Ticket):      # the bridge hands back what agent_begin gave
             raise AgentCallError("agent(): invalid call")
         return await self.agents.call(self.scope, prompt, opts, ticket)
 
-    def calls_cancelled(self, tickets: list[Any], reason: str) -> None:
+    def calls_cancelled(self, tickets: list[Json], reason: str) -> None:
         for t in tickets:
             if isinstance(t, WorkflowCall):     # its agents end "cancelled: <reason>" too
                 self.live.cancelled_workflows[t.path] = reason
         self.agents.calls_cancelled(self.live, [t for t in tickets if isinstance(t, Ticket)], reason)
 
     # -- workflow() ------------------------------------------------------------------
-    def workflow_begin(self, source: Any, args: Any, opts: dict[str, Any]) -> WorkflowCall | Refused:
+    def workflow_begin(self, source: Json, args: Json, opts: JsonObject) -> WorkflowCall | Refused:
         cfg = self.env.cfg
         try:
             call = workflows.resolve(self.scope, source, args, opts, cfg.state_dir, cfg.maxWorkflowDepth,
@@ -70,14 +70,14 @@ class ScriptHost:
         # from the journal, so the resumed run shows every agent of the tree.
         return call
 
-    async def workflow(self, source: Any, args: Any, opts: dict[str, Any], ticket: Any) -> Any:
+    async def workflow(self, source: Json, args: Json, opts: JsonObject, ticket: object) -> Json:
         if not isinstance(ticket, (WorkflowCall, Refused)):
             ticket = self.workflow_begin(source, args, opts)
         if isinstance(ticket, Refused):
             raise AgentCallError(ticket.error)
         return await self._run_workflow(ticket)
 
-    async def _run_workflow(self, call: WorkflowCall) -> Any:
+    async def _run_workflow(self, call: WorkflowCall) -> Json:
         """Run a nested workflow to its end in its own runner; its value, or AgentCallError."""
         parent, live, env = self.scope, self.live, self.env
         run = live.run
@@ -146,5 +146,5 @@ class ScriptHost:
             return
         live.record_log(message[:MAX_LOG_CHARS])
 
-    def budget_view(self) -> dict[str, Any]:
+    def budget_view(self) -> JsonObject:
         return self.scope.budget_view()

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping
+from typing import Mapping
 
 import trio
 
 from .. import fsutil
 from ..config import Caller, key_file_problem
+from ..jsonvalue import Json, JsonObject
 from ..notify import notices
 from ..script.host import ScriptOutcome
 from . import boot, flush
@@ -70,7 +71,7 @@ class Supervisor:
         self.runs.update(found.runs)
         return found.interrupted
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED, resume: list[Run] | None = None) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED, resume: list[Run] | None = None) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._resave_loop)
@@ -129,26 +130,26 @@ class Supervisor:
             raise RunRefused(f"no run {run_id!r} for this caller")
         return run
 
-    def phases(self, run: Run) -> list[dict[str, Any]]:
+    def phases(self, run: Run) -> list[JsonObject]:
         """Raises DamagedFile for an ended run whose phases.json cannot be read."""
         live = self.live.get(run.id) or self.unsaved.get(run.id)
         return live.phases_view() if live else self.env.store.phases(run)
 
-    def recent_log(self, run: Run, n: int = 20) -> list[dict[str, Any]]:
+    def recent_log(self, run: Run, n: int = 20) -> list[JsonObject]:
         lines = self.env.store.recent_log(run, n)
         live = self.live.get(run.id) or self.unsaved.get(run.id)
         if live is not None and live.writes.log:
             lines = (lines + list(live.writes.log))[-n:]
         return lines
 
-    def budget(self, run: Run) -> dict[str, Any]:
+    def budget(self, run: Run) -> JsonObject:
         live = self.live.get(run.id)
         if live is not None:
             return live.budget_view()
         return {"total": run.budget_usd, "spent": round(run.spent_usd, 6), "reserved": 0.0,
                 "tokens": {"total": run.budget_tokens, "spent": run.spent_tokens, "reserved": 0}}
 
-    def summary(self, run: Run) -> dict[str, Any]:
+    def summary(self, run: Run) -> JsonObject:
         return summary(run, self.live.get(run.id), self.run_url(run.id))
 
     def changed(self, run: Run) -> None:
@@ -160,7 +161,7 @@ class Supervisor:
             publish_row(self.env, run, None)
 
     # -- start ------------------------------------------------------------
-    def start(self, caller: Caller, params: Mapping[str, Any]) -> Run:
+    def start(self, caller: Caller, params: Mapping[str, Json]) -> Run:
         """A new run from the `run` tool's parameters."""
         return self._start(caller, run_opts.asked(params))
 
@@ -288,7 +289,7 @@ class Supervisor:
         publish_row(env, run, None)
         env.observers.run_ended(run)
 
-    def resume(self, caller: Caller, run_id: str, params: Mapping[str, Any]) -> Run:
+    def resume(self, caller: Caller, run_id: str, params: Mapping[str, Json]) -> Run:
         """A new run of the same script; agents whose keys succeeded in the old journal replay."""
         old = self.get(caller.name, run_id)
         if old.active:

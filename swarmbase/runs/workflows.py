@@ -19,11 +19,11 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 from .. import fsutil, money
+from ..jsonvalue import Json, JsonObject
 from ..script import meta as script_meta
 from ..config import PROFILES, Caller
 from .agent_opts import OptionError, pinned_cwd, unknown_option
@@ -54,7 +54,7 @@ class WorkflowCall:
     path: str
     key: str
     source: str
-    args: Any
+    args: Json
     label: str
     budget_usd: float | None
     budget_tokens: int | None
@@ -86,7 +86,7 @@ class WorkflowScope:
     def add_agent(self, rec: AgentRecord, phase_title: str | None = None) -> None:
         self.root.file_agent(rec, self.workflow_path, phase_title)
 
-    def budget_view(self) -> dict[str, Any]:
+    def budget_view(self) -> JsonObject:
         return script_budget(self.root, self.usd, self.tokens)
 
 
@@ -149,7 +149,7 @@ def read_script_file(path: str, roots: list[str], what: str = "scriptPath") -> s
     return text
 
 
-def _source(caller: Caller, source: Any, state_dir: Path) -> tuple[str, str | None]:
+def _source(caller: Caller, source: Json, state_dir: Path) -> tuple[str, str | None]:
     """(script text, default label) of a workflow() source: a saved workflow's name (Claude
     Code's form; a string that is no saved name and looks like one is an error), {name},
     {scriptPath} (under cwdRoots), or script text (SwarmBase's)."""
@@ -169,7 +169,7 @@ def _source(caller: Caller, source: Any, state_dir: Path) -> tuple[str, str | No
     return name, None
 
 
-def resolve(scope: Scope, source: Any, args: Any, opts: dict[str, Any], state_dir: Path,
+def resolve(scope: Scope, source: Json, args: Json, opts: JsonObject, state_dir: Path,
             max_depth: int, max_workflows: int, workflows_so_far: int) -> WorkflowCall:
     """In call order: validate a workflow() call and give it its path and journal key."""
     if scope.depth + 1 > max_depth:
@@ -256,7 +256,7 @@ def save(state_dir: Path, caller: str, name: str, script: str) -> Path:
     return path
 
 
-def listing(state_dir: Path, caller: str) -> list[dict[str, Any]]:
+def listing(state_dir: Path, caller: str) -> list[JsonObject]:
     """The caller's saved workflows: name, size, first line, and what their meta block
     declares (name, description, whenToUse, phases), read without running them."""
     d = saved_dir(state_dir, caller)
@@ -268,7 +268,7 @@ def listing(state_dir: Path, caller: str) -> list[dict[str, Any]]:
             except (OSError, UnicodeDecodeError):
                 continue
             first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-            entry: dict[str, Any] = {"name": p.stem, "chars": len(text), "firstLine": first[:200]}
+            entry: JsonObject = {"name": p.stem, "chars": len(text), "firstLine": first[:200]}
             meta = script_meta.describe(text)
             if meta:
                 entry["meta"] = meta
