@@ -115,24 +115,19 @@ class _Store:
         return self.root
 
 
-@attrs.define
-class _Sup:
-    store: _Store
-
-
 async def test_phases_json_is_rewritten_less_often_in_a_big_run_and_whole_at_the_end(
         tmp_path: Path, autojump_clock: Any) -> None:
-    sup = _Sup(_Store(tmp_path))
+    store = _Store(tmp_path)
 
     async def writes_per_second(n_agents: int) -> int:
         live = _Live(_Run(), {n: None for n in range(1, n_agents + 1)})
         for _ in range(40):                 # 10 s of flushes, a change before each
             live.writes.phases_dirty = True
-            await flush.write(sup.store, live)     # type: ignore[arg-type]
+            await flush.write(store, live)     # type: ignore[arg-type]
             await trio.sleep(flush.FLUSH_INTERVAL_S)
         before = live.views
         live.writes.phases_dirty = True
-        await flush.write(sup.store, live, final=True)       # type: ignore[arg-type]
+        await flush.write(store, live, final=True)       # type: ignore[arg-type]
         assert live.views == before + 1                 # the end is always written
         assert len(json.loads((tmp_path / "phases.json").read_text())[0]["agents"]) == n_agents
         return before

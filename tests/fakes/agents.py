@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import trio
 
-from swarmbase.runs.agent_service import Replayed, Ticket
+from swarmbase.runs.agent_service import AgentService, Replayed, Ticket
 from swarmbase.runs.live import LiveRun
 from swarmbase.runs.scope import Scope
 
@@ -68,3 +68,8 @@ class Gate(FakeAgents):
     async def answer(self, prompt: str) -> Any:
         await self.open.wait()
         return prompt
+
+
+def conforms(fake: FakeAgents) -> AgentService:
+    """Type-checked (pyproject.toml [tool.mypy] files): the fake is a whole AgentService."""
+    return fake
