@@ -32,7 +32,7 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from swarmbase import config, daemon  # noqa: E402
-from swarmbase.sandbox import Confinement, HostLayout, bwrap_argv, interpreter_paths  # noqa: E402
+from swarmbase.launch.sandbox import Confinement, HostLayout, bwrap_argv, interpreter_paths  # noqa: E402
 from bench.common import write_config  # noqa: E402
 from tests.fakes import fake_claude  # noqa: E402
 

@@ -18,7 +18,7 @@ import trio
 
 from common import CLAUDE, rss_mb, start, state_dir, stop, write_config  # noqa: E402  (bench/ on sys.path)
 from swarmbase.client import connect
-from swarmbase.procs import process_start_time
+from swarmbase.launch.procs import process_start_time
 
 from conftest import descendants, process_table  # noqa: E402
 from fakes.anthropic_api import FakeAnthropic  # noqa: E402

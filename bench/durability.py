@@ -25,7 +25,8 @@ import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from swarmbase import config, daemon, notices  # noqa: E402
+from swarmbase import config, daemon  # noqa: E402
+from swarmbase.notify import notices  # noqa: E402
 from swarmbase.client import connect  # noqa: E402
 from swarmbase.runs.model import Run  # noqa: E402
 from tests.fakes import fake_claude  # noqa: E402

@@ -111,7 +111,7 @@ async def command_lines(n: int) -> dict[str, list[float]]:
     from swarmbase import seccomp
     from swarmbase.identity import resolve
     from swarmbase.launch.pins import pin
-    from swarmbase.sandbox import ETC_FILES, Confinement, HostLayout, bwrap_argv
+    from swarmbase.launch.sandbox import ETC_FILES, Confinement, HostLayout, bwrap_argv
     layout = HostLayout.probe()
     cwd = state_dir("sb-iso-cl-")
     cwd.chmod(0o755)

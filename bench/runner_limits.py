@@ -26,7 +26,7 @@ import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from swarmbase.runner import RunnerLimits, run_script  # noqa: E402
+from swarmbase.script.runner import RunnerLimits, run_script  # noqa: E402
 from tests.script_host import Host, argv_with  # noqa: E402
 
 BOMBS = {

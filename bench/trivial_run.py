@@ -50,7 +50,7 @@ def node_startup_ms(n: int, prefix: list[str] = ()) -> list[float]:
 
 def bwrap_prefix() -> list[str]:
     """The sandbox a runner starts in (no network, own PID namespace), as the daemon builds it."""
-    from swarmbase.sandbox import Confinement, HostLayout, bwrap_argv
+    from swarmbase.launch.sandbox import Confinement, HostLayout, bwrap_argv
     node_dir = os.path.dirname(os.path.realpath(shutil.which("node")))
     return bwrap_argv(HostLayout.probe(), Confinement(cwd="/tmp", read=(node_dir,), network=False))
 

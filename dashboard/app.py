@@ -26,6 +26,7 @@ from swarmbase.events import LIST, agent_key
 
 from . import listing, sse, views
 from .pages import Pages, safe_json
+from .served import Served
 from . import nodes
 from .transcript import render_transcript
 
@@ -55,9 +56,10 @@ def host_name(host_header: str) -> str:
     return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
 
 
-def register(app: Quart, services: Any) -> None:
+def register(app: Quart, services: Served) -> None:
     sup = services.supervisor
-    hub = sup.events
+    runs_store = services.env.store
+    hub = services.env.events
     hub.render_line = lambda entry: render_transcript([entry])
     hosts = allowed_hosts(services.cfg.publicUrl)
     public_host = urlsplit(services.cfg.publicUrl or "").hostname      # what `tailscale serve` requests name
@@ -65,7 +67,7 @@ def register(app: Quart, services: Any) -> None:
     admins = set(services.cfg.dashboard.adminLogins)
     store = AdminStore(services.cfg.state_dir)
     secure_cookie = (services.cfg.publicUrl or "").startswith("https://")
-    pages = Pages(sup)
+    pages = Pages(sup, runs_store)
     index = listing.RunIndex()
     viewers = sse.Viewers()
     viewers.on_ebb = sse.hand_back_memory_later
@@ -117,7 +119,7 @@ def register(app: Quart, services: Any) -> None:
     # -- SSE, beside Quart: each stream's writes are bounded and its socket reachable ----
     quart_asgi = app.asgi_app
 
-    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def asgi(scope: Any, receive: Any, send: Any) -> None:  # ASGI: untyped dicts
         m = SSE_PATH.fullmatch(scope.get("path", "")) if scope.get("type") == "http" else None
         if m is None or scope.get("method") != "GET":
             return await quart_asgi(scope, receive, send)
@@ -195,10 +197,9 @@ def register(app: Quart, services: Any) -> None:
     async def stream_stats() -> Any:
         """How many live streams the dashboard serves, what its caps have done, and the
         event loop's recent lag (swarmbase/lag.py)."""
-        lag = getattr(services, "lag", None)
         return jsonify({"streams": viewers.count, "max": viewers.max_total, "perClient": viewers.max_per_client,
                         "refused": viewers.refused, "dropped": viewers.dropped, "bufferedBytes": hub.retained_bytes(),
-                        "loopLag": lag.figures() if lag is not None else None})
+                        "loopLag": services.lag.figures()})
 
     # -- pages ----------------------------------------------------------------------------
     @bp.get("/")
@@ -230,9 +231,9 @@ def register(app: Quart, services: Any) -> None:
         hub.watch(run.id, ended=not run.active)     # fixes the stream's floor before `after`
         after = hub.seq
         view = pages.run_view(run)
-        result = sup.store.result_text(run) if run.status == "completed" else None
+        result = runs_store.result_text(run) if run.status == "completed" else None
         return await render_template(
-            "run.html", v=view, run=run, log=sup.store.recent_log(run, 500), admin=is_admin(),
+            "run.html", v=view, run=run, log=runs_store.recent_log(run, 500), admin=is_admin(),
             result=(result or "")[:100_000] if result is not None else None, data=pages.client_data(view, after))
 
     @bp.get("/runs/<run_id>/agents/<int:n>")

@@ -18,6 +18,8 @@ from quart import Blueprint, Quart, jsonify, send_from_directory
 from swarmbase.audit.rundirs import RunIndex
 from swarmbase.audit.verify import verify_run
 
+from .served import Served
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -28,7 +30,7 @@ def verdict(state_dir: Path, run_id: str) -> dict[str, Any] | None:
     return verify_run(idx, run_id).to_json()
 
 
-def register_audit(app: Quart, services: Any) -> None:
+def register_audit(app: Quart, services: Served) -> None:
     if "audit_view" in app.blueprints:  # already mounted (idempotent: the daemon may do it too)
         return
     sup = services.supervisor

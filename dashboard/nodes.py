@@ -12,12 +12,14 @@ from typing import Any
 
 from quart import Blueprint, Quart, jsonify, render_template
 
+from .served import Served
+
 HERE = Path(__file__).resolve().parent
 REFRESH_S = 5
 
 
-def _view(services: Any) -> dict[str, Any] | None:
-    ray = getattr(services, "ray", None)
+def _view(services: Served) -> dict[str, Any] | None:
+    ray = services.ray
     if ray is None:
         return None
     view = ray.view()
@@ -30,7 +32,7 @@ def _view(services: Any) -> dict[str, Any] | None:
     return view
 
 
-def register(app: Quart, services: Any) -> None:
+def register(app: Quart, services: Served) -> None:
     bp = Blueprint("nodes", __name__, template_folder=str(HERE / "templates"))
 
     @bp.get("/nodes")

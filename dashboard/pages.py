@@ -1,9 +1,6 @@
-"""Gathering what a page shows from the supervisor and the run store.
-
-Reads fields the core may not have yet (reserved spend, token ledgers, `workflow`,
-`priced`, `resumed_as`, `damaged`) with defaults, so the dashboard works
-before and after the core's rows grow.
-"""
+"""Gathering what a page shows from the supervisor (its registry and queries) and the run
+store (what ended runs left on disk). Records read from disk may be damaged or older
+than this daemon: those are read with defaults; the live objects are read as typed."""
 
 from __future__ import annotations
 
@@ -15,6 +12,8 @@ from typing import Any
 
 from swarmbase import fsutil
 from swarmbase.runs import naming
+from swarmbase.runs.store import RunStore
+from swarmbase.runs.supervisor import Supervisor
 
 from . import views
 from .transcript import render_transcript
@@ -54,8 +53,9 @@ def safe_json(value: Any) -> str:
 
 
 class Pages:
-    def __init__(self, sup: Any) -> None:
+    def __init__(self, sup: Supervisor, store: RunStore) -> None:
         self.sup = sup
+        self.store = store
         self._comments: OrderedDict[str, str] = OrderedDict()
 
     # -- labels ---------------------------------------------------------------------
@@ -64,12 +64,12 @@ class Pages:
         A run recorded before the leading comment was kept has its script.js read for it;
         disk=False (search) never reads: a search must not depend on which runs happened
         to be shown before."""
-        comment = getattr(run, "script_comment", None)
+        comment = run.script_comment
         if comment is None and disk and not run.label and naming.meta_name(run.meta) is None:
             comment = self._comments.get(run.id)
             if comment is None:
                 try:
-                    with open(self.sup.store.dir(run) / "script.js", "rb") as f:
+                    with open(self.store.dir(run) / "script.js", "rb") as f:
                         comment = naming.leading_comment(f.read(4096).decode("utf-8", "replace")) or ""
                 except OSError:
                     comment = ""
@@ -86,18 +86,17 @@ class Pages:
                 "created": run.created_at, "ended": run.ended_at, "error": run.error or ""}
 
     def damaged(self) -> list[dict[str, Any]]:
-        items = getattr(self.sup, "damaged", None) or []
-        return [d for d in items if isinstance(d, dict)]
+        return [d for d in self.store.damaged if isinstance(d, dict)]
 
     # -- the run page -------------------------------------------------------------------
     def run_view(self, run: Any) -> dict[str, Any]:
         sup = self.sup
         live = sup.live.get(run.id)
-        phases = [{"title": p.get("title"), "workflow": str(p.get("workflow") or ""),
+        phases: list[dict[str, Any]] = [{"title": p.get("title"), "workflow": str(p.get("workflow") or ""),
                    "rows": sorted((views.normalize(a, p.get("title")) for a in p.get("agents", [])),
                                   key=lambda r: r.get("n", 0))} for p in sup.phases(run)]
-        rows = [r for p in phases for r in p["rows"]]
-        adir = sup.store.dir(run) / "agents"
+        rows: list[dict[str, Any]] = [r for p in phases for r in p["rows"]]
+        adir = self.store.dir(run) / "agents"
         for i, r in enumerate(rows):
             rec = live.agents.get(r["n"]) if live is not None else None
             if rec is not None:
@@ -110,12 +109,10 @@ class Pages:
             r["segs"] = views.segments(history)
             if r.get("error") is None and r["state"] in views.WHY_STATES:
                 r["error"] = error
-        usd_ledger = getattr(getattr(live, "usd", None), "ledger", None)
-        tok_ledger = getattr(getattr(live, "tokens", None), "ledger", None)
-        reserved = _num(getattr(run, "reserved_usd", None), getattr(usd_ledger, "reserved", 0.0))
+        reserved = live.usd.ledger.reserved if live is not None else 0.0
         codex_tokens = sum(r["tokens"] for r in rows if r["engine"] == "codex")
-        spent_tokens = _num(getattr(run, "spent_tokens", None), getattr(tok_ledger, "spent", codex_tokens))
-        reserved_tokens = _num(getattr(run, "reserved_tokens", None), getattr(tok_ledger, "reserved", 0))
+        spent_tokens = _num(run.spent_tokens)
+        reserved_tokens = live.tokens.ledger.reserved if live is not None else 0.0
         script = self._script(run)
         return {
             "run": run, "label": self.label(run), "phases": phases,
@@ -127,14 +124,14 @@ class Pages:
                        "shown": bool(codex_tokens or spent_tokens or reserved_tokens),
                        **views.budget_bar(spent_tokens, reserved_tokens, run.budget_tokens)},
             "script": script, "args": json.dumps(run.args, indent=2, ensure_ascii=False),
-            "resumedAs": getattr(run, "resumed_as", None) or self._resumed_as(run),
+            "resumedAs": run.resumed_as or self._resumed_as(run),
             "title": views.run_title(run.status, self.label(run), run.agents_done, run.agents_total,
                                      sum(1 for r in rows if r["state"] == "running")),
         }
 
     def _script(self, run: Any) -> str:
         try:
-            with open(self.sup.store.dir(run) / "script.js", "rb") as f:
+            with open(self.store.dir(run) / "script.js", "rb") as f:
                 return f.read(SCRIPT_SHOWN).decode("utf-8", "replace")
         except OSError:
             return ""
@@ -152,7 +149,7 @@ class Pages:
 
     # -- the agent page -----------------------------------------------------------------
     def agent_view(self, run: Any, n: int) -> dict[str, Any] | None:
-        d = self.sup.store.dir(run) / "agents" / str(n)
+        d = self.store.dir(run) / "agents" / str(n)
         record = read_json(d / "agent.json")
         if not isinstance(record, dict):
             return None

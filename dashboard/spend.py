@@ -22,11 +22,13 @@ from quart import Blueprint, Quart, jsonify, render_template, request, send_from
 
 from swarmbase import money, usage
 
+from .served import Served
+
 HERE = Path(__file__).resolve().parent
 ASSETS = {"spend.js"}
 
 
-async def spend_report(services: Any, start: str | None, end: str | None, caller: str | None) -> dict[str, Any]:
+async def spend_report(services: Served, start: str | None, end: str | None, caller: str | None) -> dict[str, Any]:
     first, last = usage.date_range(start or None, end or None)
     runs = usage.supervisor_runs(services.supervisor, caller or None, first, last)
     rep = await trio.to_thread.run_sync(usage.report, runs, first, last, usage.CACHE)
@@ -37,7 +39,7 @@ async def spend_report(services: Any, start: str | None, end: str | None, caller
     return rep
 
 
-def register_spend(app: Quart, services: Any) -> None:
+def register_spend(app: Quart, services: Served) -> None:
     if "spend" in app.blueprints:       # already mounted (idempotent: the daemon may do it too)
         return
     sup = services.supervisor

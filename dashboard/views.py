@@ -75,7 +75,7 @@ def totals(rows: Iterable[dict[str, Any]], by: str) -> list[dict[str, Any]]:
     """Cost and tokens per `by` (phase or engine), in first-seen order, plus a total row.
     Sums are of the rounded amounts shown, and say whether any part is estimated."""
     groups: dict[str, dict[str, Any]] = {}
-    total = {"name": "total", "agents": 0, "units": 0, "tokens": 0, "estimated": False, "unpriced": 0}
+    total: dict[str, Any] = {"name": "total", "agents": 0, "units": 0, "tokens": 0, "estimated": False, "unpriced": 0}
     for r in rows:
         name = str(r.get(by) or ("main" if by == "phase" else "?"))
         g = groups.setdefault(name, {"name": name, "agents": 0, "units": 0, "tokens": 0, "estimated": False,

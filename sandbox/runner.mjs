@@ -52,7 +52,7 @@ const write = (msg) => process.stdout.write(JSON.stringify(msg) + '\n');
 
 function scriptSource(script) {
   // `export const meta = {...}` is read by the daemon as a pure literal before the run
-  // starts (swarmbase/script_meta.py); here the body of an async function cannot export,
+  // starts (swarmbase/script/meta.py); here the body of an async function cannot export,
   // so the keyword is dropped in place (same line, same numbering) and `meta` is a const.
   const rewritten = script.replace(/^(\s*)export\s+const\s+meta\s*=/m, '$1const meta =');
   if (/^\s*(export|import)\s/m.test(rewritten)) {

@@ -24,8 +24,9 @@ from .config_schema import field as _f
 from .launch import egress
 
 PROFILES = ("think", "read", "write")
-ENGINES = ("claude", "codex")
-PLACEMENTS = ("local", "ray")
+ENGINES: tuple[Literal["claude", "codex"], ...] = ("claude", "codex")
+DEFAULT_ENGINE = ENGINES[0]      # an agent() without opts.engine, and the engine a run's `model` is for
+PLACEMENTS: tuple[Literal["local", "ray"], ...] = ("local", "ray")
 
 
 @attrs.frozen
@@ -54,6 +55,9 @@ class Engines:
     claude: Optional[ClaudeEngine] = _f("claude", None)
     codex: Optional[CodexEngine] = _f("codex", None)
 
+    def configured(self, name: str) -> bool:
+        return {"claude": self.claude, "codex": self.codex}.get(name) is not None
+
 
 @attrs.frozen
 class Telemetry:
@@ -79,6 +83,9 @@ class ModelLists:
     """Per-engine model allowlists (fnmatch globs); None: any model."""
     claude: Optional[list[str]] = _f("claude", None)
     codex: Optional[list[str]] = _f("codex", None)
+
+    def for_engine(self, name: str) -> Optional[list[str]]:
+        return {"claude": self.claude, "codex": self.codex}.get(name)
 
 
 @attrs.frozen
@@ -407,9 +414,9 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
             roots.append(real)
         allowed = c.engines
         if allowed is None:
-            allowed = [e for e in ENGINES if getattr(engines, e) is not None]
+            allowed = [e for e in ENGINES if engines.configured(e)]
         for j, e in enumerate(allowed):
-            if getattr(engines, e) is None:
+            if not engines.configured(e):
                 raise ConfigError(f"{where}.engines[{j}]: engine {e!r} is not configured under engines")
         if "codex" in allowed:
             assert engines.codex is not None

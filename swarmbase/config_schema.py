@@ -121,7 +121,8 @@ def converter(*classes: type) -> cattrs.Converter:
     for cls in classes:
         overrides = {a.name: override(rename=a.metadata["key"]) if a.metadata.get("key") else override(omit=True)
                      for a in attrs.fields(cls)}
-        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **overrides))
+        # cattrs types the per-field overrides as keyword arguments of their own.
+        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **overrides))  # type: ignore[arg-type]
     conv.register_structure_hook(float, lambda v, _: float(v))
     conv.register_structure_hook(int, lambda v, _: int(v))
     return conv

@@ -17,7 +17,7 @@ import signal
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
 import hypercorn.config
@@ -28,6 +28,7 @@ from quart_trio import QuartTrio
 
 from . import live_reload
 from .config import Config, key_file_problems
+from .engines.base import Engine
 from .engines.claude_agent import ClaudeEngine
 from .engines.codex_agent import CodexEngine
 from .engines.meter import Meter
@@ -36,17 +37,27 @@ from .engines.think_route import ThinkRouter
 from .engines.think_run import ClaudeThink
 from .lag import LagProbe
 from .launch.local import LocalLauncher
+from .launch.spec import Launcher, Placements
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
 from .metrics import Metrics, register_metrics
-from .outbox import Outbox
+from .notify.outbox import Outbox
 from .progress_feed import ProgressFeed
-from .runner import RunnerLimits
 from .runs import worktrees
+from .runs.agent_service import AgentService
+from .runs.agents import Agents
+from .runs.env import RunEnv
 from .runs.git_sandbox import SandboxedGit
+from .runs.model import Run
+from .runs.records import Redactor
+from .runs.runners import Runners
 from .runs.store import RunStore
-from .runs.supervisor import AgentService, Supervisor
+from .runs.supervisor import Supervisor
+from .script.runner import RunnerLimits
 from .statelock import StateLock
 from .telemetry import make_trace_observer
+
+if TYPE_CHECKING:
+    from .launch.ray import RayLauncher
 
 log = logging.getLogger("swarmbase")
 
@@ -55,18 +66,29 @@ DELIVERY_DRAIN_S = 5.0      # how long shutdown waits for connected hosts to ans
 
 @attrs.define
 class Services:
+    """The daemon's parts, built in build_services in the order they depend on each other:
+    the state, the RunEnv, the launchers, the engines, the agent service and the runners,
+    and the Supervisor last."""
     cfg: Config
-    store: RunStore
-    outbox: Outbox
+    env: RunEnv
+    launcher: LocalLauncher
     supervisor: Supervisor
+    runners: Runners
     hub: Hub
+    metrics: Metrics
     meter: Meter | None = None
-    launcher: LocalLauncher | None = None
-    ray: Any = None                       # the RayLauncher when placement.ray is configured
+    ray: RayLauncher | None = None        # when placement.ray is configured
     drain: trio.Event = attrs.Factory(trio.Event)
-    metrics: Metrics | None = None
     progress: ProgressFeed | None = None
     lag: LagProbe = attrs.Factory(LagProbe)
+
+    @property
+    def store(self) -> RunStore:
+        return self.env.store
+
+    @property
+    def outbox(self) -> Outbox:
+        return self.env.outbox
 
 
 def caller_secrets(cfg: Config) -> list[str]:
@@ -86,41 +108,53 @@ def caller_secrets(cfg: Config) -> list[str]:
 
 def build_services(cfg: Config, agents: AgentService | None = None,
                    limits: RunnerLimits | None = None) -> Services:
-    store = RunStore(cfg.state_dir)
-    outbox = Outbox(cfg.state_dir / "outbox.jsonl")
+    """Everything the daemon serves with, each part given what it uses. `agents`: another
+    agent service (tests)."""
+    (cfg.state_dir / "procs").mkdir(parents=True, exist_ok=True, mode=0o700)
+    cfg.homes_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cfg.homes_dir.chmod(0o700)
+    env = RunEnv(cfg=cfg, store=RunStore(cfg.state_dir), outbox=Outbox(cfg.state_dir / "outbox.jsonl"))
+    for secret in caller_secrets(cfg):
+        env.redact.add(secret)
     launcher = LocalLauncher(mode=cfg.sandbox_mode, homes=cfg.homes_dir, procs=cfg.state_dir / "procs",
                              forbidden=[cfg.state_dir, cfg.homes_dir], sandbox_user=cfg.sandboxUser)
-    sup = Supervisor(cfg, store, outbox, agents=agents, limits=limits, launcher=launcher)
-    for secret in caller_secrets(cfg):
-        sup.redact.add(secret)
+    ray = None
+    others: dict[str, Launcher] = {}
+    if cfg.placement.ray is not None:
+        from .launch.ray import RayLauncher     # imports Ray itself only when it connects
+        ray = others["ray"] = RayLauncher(cfg)
+    runs: dict[str, Run] = {}                    # the registry: the Supervisor's, read by the deny list
+    engines, meter = build_engines(cfg, env.redact, env.store, runs)
+    if agents is None:
+        agents = Agents(env, engines, Placements(launcher, **others))
+    runners = Runners(cfg, launcher, limits)
+    sup = Supervisor(env, agents, runners, runs)
+    metrics = Metrics(sup, env)
+    env.observers.add(metrics)
+    progress = ProgressFeed(env.outbox, env.links.run, env.redact)
+    env.observers.add(progress)
+    return Services(cfg=cfg, env=env, launcher=launcher, supervisor=sup, runners=runners, hub=Hub(env.observers),
+                    metrics=metrics, meter=meter, ray=ray, progress=progress)
+
+
+def build_engines(cfg: Config, redact: Redactor, store: RunStore,
+                  runs: Mapping[str, Run]) -> tuple[dict[str, Engine], Meter | None]:
+    """The configured engines by name, and the codex meter when codex is configured."""
+    engines: dict[str, Engine] = {}
     meter = None
-    engines: dict[str, Any] = {}
     if cfg.engines.claude is not None:
         engines["claude"] = ThinkRouter(ClaudeEngine(cfg), ClaudeThink(cfg), cfg.engines.claude.inProcessThink)
     if cfg.engines.codex is not None:
-        meter = Meter(redact=sup.redact)
-        engines["codex"] = ThinkRouter(CodexEngine(cfg, meter, deny=CodexDenyList(cfg, sup)), CodexThink(cfg),
+        meter = Meter(redact=redact)
+        engines["codex"] = ThinkRouter(CodexEngine(cfg, meter, deny=CodexDenyList(cfg, store, runs)), CodexThink(cfg),
                                        cfg.engines.codex.inProcessThink)
-    if agents is None:
-        sup.agents.engines.update(engines)
-    ray = None
-    if cfg.placement.ray is not None:
-        from .launch.ray import RayLauncher     # imports Ray itself only when it connects
-        ray = RayLauncher(cfg)
-        getattr(sup.agents, "launchers", {})["ray"] = ray
-    services = Services(cfg=cfg, store=store, outbox=outbox, supervisor=sup, hub=Hub(), meter=meter,
-                        launcher=launcher, ray=ray)
-    services.metrics = Metrics(services)
-    sup.observers.append(services.metrics)
-    services.progress = ProgressFeed(outbox, sup.run_url, sup.redact)
-    sup.observers.append(services.progress)
-    return services
+    return engines, meter
 
 
-def codex_deny_list(cfg: Config, sup: Supervisor) -> list[str]:
+def codex_deny_list(cfg: Config, store: RunStore, runs: Mapping[str, Run]) -> list[str]:
     """Without the sandbox, what codex's own sandbox must not read: the daemon's secrets
     and every run's records, from the runs the supervisor already knows (no disk walk)."""
-    return list(CodexDenyList(cfg, sup)())
+    return list(CodexDenyList(cfg, store, runs)())
 
 
 class CodexDenyList:
@@ -130,9 +164,10 @@ class CodexDenyList:
     rendering. With 10,000 runs, rebuilding it took 290 ms of the event loop per codex
     agent (and rendering it 80 ms more)."""
 
-    def __init__(self, cfg: Config, sup: Supervisor) -> None:
+    def __init__(self, cfg: Config, store: RunStore, runs: Mapping[str, Run]) -> None:
         self.cfg = cfg
-        self.sup = sup
+        self.store = store
+        self.runs = runs
         self.known: set[str] = set()
         self.paths: tuple[str, ...] = ()
         self.fixed: tuple[str, ...] | None = None
@@ -150,11 +185,11 @@ class CodexDenyList:
                                                                       if c.apiKeyFile],
                                                   self.cfg.path, os.path.expanduser("~")))
             self.paths = self.fixed
-        runs = self.sup.runs
+        runs = self.runs
         if len(runs) != len(self.known):
             new = [r for rid, r in runs.items() if rid not in self.known]
             self.known.update(r.id for r in new)
-            self.paths = self.paths + tuple(p for r in new for p in codex.run_paths(self.sup.store.dir(r)))
+            self.paths = self.paths + tuple(p for r in new for p in codex.run_paths(self.store.dir(r)))
         return self.paths
 
 
@@ -163,7 +198,7 @@ class _QuartTransport:
     context variable, and sessions are also closed from other connections' tasks."""
 
     def __init__(self) -> None:
-        self.ws = websocket._get_current_object()
+        self.ws = websocket._get_current_object()  # type: ignore[attr-defined]  # a werkzeug LocalProxy
 
     async def send(self, text: str) -> None:
         await self.ws.send(text)
@@ -199,8 +234,7 @@ def make_app(services: Services) -> QuartTrio:
     async def mcpl_ws() -> None:
         await websocket.accept()
         caller = caller_for_token(services.cfg, websocket.args.get("token"))
-        session = Session(_QuartTransport(), caller, services.supervisor,
-                          services.outbox, services.hub)
+        session = Session(_QuartTransport(), caller, services.supervisor, services.outbox, services.hub)
         async with trio.open_nursery() as nursery:
             async def serve() -> None:
                 await session.serve()
@@ -262,31 +296,29 @@ async def serve(cfg: Config, *, agents: AgentService | None = None, limits: Runn
 async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: RunnerLimits | None,
                         stop: trio.Event | None, task_status: Any, hangups: live_reload.Hangups) -> None:
     services = build_services(cfg, agents, limits)
-    if services.launcher is not None:
-        # Never run a child with privilege silently: a host without user namespaces (or
-        # libseccomp) stops the daemon here, naming the cause.
-        await services.launcher.self_check()
-        who = services.launcher.user
-        if cfg.sandbox_mode == "bwrap":
-            log.info("children run sandboxed as %s, without capabilities",
-                     who.describe() if who is not None else "the daemon's user")
+    # Never run a child with privilege silently: a host without user namespaces (or
+    # libseccomp) stops the daemon here, naming the cause.
+    await services.launcher.self_check()
+    who = services.launcher.user
+    if cfg.sandbox_mode == "bwrap":
+        log.info("children run sandboxed as %s, without capabilities",
+                 who.describe() if who is not None else "the daemon's user")
     for name, problem in key_file_problems(cfg):
         log.error("caller %s: %s; that caller's runs are refused until it is fixed, the others are served",
                   name, problem)
     interrupted = services.supervisor.recover()
     if interrupted:
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))
-    if services.launcher is not None:
-        # Worktrees a dead daemon left registered in users' repositories (issue 25).
-        sup = services.supervisor
-        await worktrees.recover([sup.store.dir(r) for r in sup.runs.values()], git=SandboxedGit(services.launcher))
+    # Worktrees a dead daemon left registered in users' repositories (issue 25).
+    sup = services.supervisor
+    await worktrees.recover([services.store.dir(r) for r in sup.runs.values()], git=SandboxedGit(services.launcher))
     stop = trio.Event() if stop is None else stop
     app = make_app(services)
     # Off unless telemetry.otlpEndpoint or OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set; only
     # then is OpenTelemetry imported. Content (includeContent) is redacted like the records.
-    tracer = make_trace_observer(cfg, redactor_for=lambda run_id: services.supervisor.redact)
+    tracer = make_trace_observer(cfg, redactor_for=lambda run_id: services.env.redact)
     if tracer is not None:
-        services.supervisor.observers.append(tracer)
+        services.env.observers.add(tracer)
     hc = hypercorn.config.Config()
     hc.bind = [f"127.0.0.1:{cfg.port}"]
     hc.accesslog = None
@@ -301,11 +333,12 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         await services.supervisor.shutdown()
         # Connected hosts get the notices now queued (interrupted runs), and every answer
         # on the wire is acknowledged before the outbox closes (issue 25 #2).
-        await services.hub.drain(DELIVERY_DRAIN_S)
+        with trio.move_on_after(DELIVERY_DRAIN_S):
+            await services.hub.drain()
         services.outbox.flush()
         services.outbox.close()
         services.drain.set()
-        services.supervisor.events.wake_all()   # SSE streams see the drain and end
+        services.env.events.wake_all()           # SSE streams see the drain and end
         if tracer is not None:
             await tracer.aclose(3.0)             # flush within 3 s; a dead collector is left behind
         await trio.sleep(0.1)
@@ -316,6 +349,7 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         resume = interrupted if cfg.resumeInterruptedOnBoot else []
         if services.ray is not None:
             await nursery.start(services.ray.serve)
+        await nursery.start(services.runners.serve)
         await nursery.start(partial(services.supervisor.serve, resume=resume))
         nursery.start_soon(services.outbox.maintain)
         if services.progress is not None:
@@ -330,7 +364,7 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         async with trio.open_nursery() as web:
             binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
             url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"
-            services.supervisor.public_base = cfg.publicUrl or url
+            services.env.links.base = cfg.publicUrl or url
             task_status.started((url, services))
         # Hypercorn returned after the drain; the supervisor has no runs left.
         nursery.cancel_scope.cancel()

@@ -39,7 +39,7 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600, durable: bool = Tru
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-        raise _named(e, path)
+        raise _named(e, path) from None
     if durable:
         _fsync_dir(path.parent)
 
@@ -148,7 +148,7 @@ def disk_fault(exc: BaseException | None) -> OSError | None:
 
 def describe_disk_fault(e: OSError, root: Path | None = None) -> str:
     what = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-            errno.EIO: "the disk failed (I/O error)", errno.EROFS: "the disk is read-only"}.get(e.errno, str(e))
+            errno.EIO: "the disk failed (I/O error)", errno.EROFS: "the disk is read-only"}.get(e.errno or 0, str(e))
     where = ""
     if e.filename:
         name = str(e.filename)

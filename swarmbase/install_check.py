@@ -15,7 +15,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from . import runner
+from .script import runner
 
 PACKAGE = Path(__file__).resolve().parent
 

@@ -1,6 +1,6 @@
 """Prometheus metrics at GET /metrics (the official prometheus-client, text format 0.0.4).
 
-Counters move through the observer methods (contracts.md, observer seam): runs started and
+Counters move through the observer methods (runs/observers.py): runs started and
 ended, agents ended, spend and tokens by caller and engine, notices delivered and failed.
 Gauges are read from the supervisor when scraped: runs by status, active runs, agents by
 engine and state, the outbox depth, damaged files, SSE clients, and the event-loop lag the
@@ -16,7 +16,7 @@ in one process (tests) never share counters.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -31,6 +31,15 @@ from prometheus_client.process_collector import ProcessCollector
 from quart import Blueprint, Quart, Response, request
 
 from . import __version__
+from .config import Config
+from .runs.observers import NoObserver
+
+if TYPE_CHECKING:
+    from .prices import Tokens
+    from .runs.env import RunEnv
+    from .runs.model import Run
+    from .runs.records import AgentRecord
+    from .runs.supervisor import Supervisor
 
 RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
 WAITING_STATES = ("queued", "waiting-budget", "waiting-node", "running")
@@ -48,9 +57,8 @@ class _StateCollector:
         return []        # nothing to check at registration; collect() reads live state
 
     def collect(self) -> Iterator[Metric]:
-        services = self.m.services
-        sup = getattr(services, "supervisor", None)
-        runs = list(getattr(sup, "runs", {}).values())
+        sup, env = self.m.sup, self.m.env       # None: a Metrics watching no daemon (zero gauges)
+        runs = list(sup.runs.values()) if sup is not None else []
         by_status = GaugeMetricFamily("swarmbase_runs", "Runs the daemon holds, by status", labels=["status"])
         counts = {s: 0 for s in RUN_STATUSES}
         for r in runs:
@@ -63,35 +71,34 @@ class _StateCollector:
         agents = GaugeMetricFamily("swarmbase_agents", "Agents of runs in flight, by engine and state",
                                    labels=["engine", "state"])
         tally: dict[tuple[str, str], int] = {}
-        for live in list(getattr(sup, "live", {}).values()):
-            for rec in list(getattr(live, "agents", {}).values()):
+        for live in list(sup.live.values()) if sup is not None else []:
+            for rec in list(live.agents.values()):
                 if rec.state in WAITING_STATES:
                     tally[(rec.engine, rec.state)] = tally.get((rec.engine, rec.state), 0) + 1
         for engine in sorted({e for e, _ in tally} | {"claude"}):
             for state in WAITING_STATES:
                 agents.add_metric([engine, state], tally.get((engine, state), 0))
         yield agents
-        outbox = getattr(services, "outbox", None)
         depth = GaugeMetricFamily("swarmbase_outbox_depth", "Run-end notices waiting for their caller's host",
                                   labels=["caller"])
-        cfg = getattr(services, "cfg", None)
-        if outbox is not None and cfg is not None:
-            for caller in sorted(c.name for c in cfg.callers):
-                depth.add_metric([caller], len(outbox.pending(caller)))
+        if env is not None:
+            for caller in sorted(c.name for c in env.cfg.callers):
+                depth.add_metric([caller], len(env.outbox.pending(caller)))
         yield depth
         yield GaugeMetricFamily("swarmbase_damaged_files", "Files quarantined at boot",
-                                value=len(getattr(sup, "damaged", []) or []))
+                                value=len(env.store.damaged) if env is not None else 0)
         yield GaugeMetricFamily("swarmbase_sse_clients", "Open dashboard event streams", value=self.m.sse_clients)
         info = GaugeMetricFamily("swarmbase_info", "The daemon's version", labels=["version"])
         info.add_metric([__version__], 1)
         yield info
 
 
-class Metrics:
+class Metrics(NoObserver):
     """The registry, the counters, and the observer methods that move them."""
 
-    def __init__(self, services: Any = None) -> None:
-        self.services = services
+    def __init__(self, sup: Supervisor | None = None, env: RunEnv | None = None) -> None:
+        self.sup = sup          # the gauges read the daemon's state when scraped
+        self.env = env
         self.sse_clients = 0
         r = self.registry = CollectorRegistry(auto_describe=False)
         self.runs_started = Counter("swarmbase_runs_started", "Runs started", ["caller"], registry=r)
@@ -117,36 +124,24 @@ class Metrics:
         r.register(_StateCollector(self))
 
     # -- observer methods -----------------------------------------------------------
-    def run_started(self, run: Any) -> None:
+    def run_started(self, run: Run) -> None:
         self.runs_started.labels(run.caller).inc()
 
-    def run_ended(self, run: Any) -> None:
+    def run_ended(self, run: Run) -> None:
         self.runs_ended.labels(run.caller, run.status).inc()
 
-    def agent_started(self, run: Any, rec: Any) -> None:
-        pass
-
-    def agent_ended(self, run: Any, rec: Any) -> None:
+    def agent_ended(self, run: Run, rec: AgentRecord) -> None:
         self.agents_ended.labels(run.caller, rec.engine, rec.state).inc()
         if rec.replayed:
             self.agents_replayed.labels(run.caller, rec.engine).inc()
             return
         if rec.cost_usd > 0:
             self.spend.labels(run.caller, rec.engine).inc(rec.cost_usd)
-        t = rec.tokens
+        t: Tokens = rec.tokens
         for kind, n in (("input", t.input), ("output", t.output), ("cache_read", t.cache_read),
                         ("cache_write", t.cache_write)):
             if n > 0:
                 self.tokens.labels(run.caller, rec.engine, kind).inc(n)
-
-    def phase(self, run: Any, title: str, workflow: str = "") -> None:
-        pass
-
-    def workflow_started(self, run: Any, path: str, label: str | None = None) -> None:
-        pass
-
-    def workflow_ended(self, run: Any, path: str, ok: bool) -> None:
-        pass
 
     def notice_failed(self, caller: str, event_id: str, reason: str) -> None:
         self.notice_failures.labels(caller).inc()
@@ -168,12 +163,12 @@ class Metrics:
         a client until its request ends."""
         inner = app.asgi_app
 
-        async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def asgi(scope: Any, receive: Any, send: Any) -> None:  # ASGI: untyped dicts
             if scope.get("type") != "http":
                 return await inner(scope, receive, send)
             counted = False
 
-            async def send_counting(msg: dict[str, Any]) -> None:
+            async def send_counting(msg: Any) -> None:
                 nonlocal counted
                 if msg.get("type") == "http.response.start" and not counted and any(
                         k.lower() == b"content-type" and v.startswith(b"text/event-stream")
@@ -191,14 +186,20 @@ class Metrics:
         app.asgi_app = asgi  # type: ignore[method-assign]
 
 
-def register_metrics(app: Quart, services: Any, metrics: Metrics | None = None) -> Metrics:
-    """GET /metrics on `app`. Returns the Metrics (add it to sup.observers and point the
-    daemon's LagProbe.on_sample at its record_lag). Registering twice returns the first Metrics."""
+class Served(Protocol):
+    """What the metrics page needs of the daemon's services."""
+    cfg: Config
+    metrics: Metrics
+
+
+def register_metrics(app: Quart, services: Served, metrics: Metrics | None = None) -> Metrics:
+    """GET /metrics on `app`. Returns the Metrics (the daemon's observers hold it and its
+    LagProbe.on_sample points at its record_lag). Registering twice returns the first Metrics."""
     if "metrics" in app.blueprints:
-        return app.extensions["swarmbase.metrics"]
-    m = metrics or Metrics(services)
+        registered: Metrics = app.extensions["swarmbase.metrics"]
+        return registered
+    m = metrics or services.metrics
     app.extensions["swarmbase.metrics"] = m
-    m.services = services
     admins = set(services.cfg.dashboard.adminLogins)
     bp = Blueprint("metrics", __name__)
 

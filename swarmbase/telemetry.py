@@ -13,7 +13,7 @@ output text are attached only with `telemetry.includeContent`.
 Design log:
 - This module imports nothing from OpenTelemetry at import time; `make_trace_observer`
   imports the SDK only when telemetry is on, so an idle daemon without it stays small.
-- The observer is called synchronously on the event loop (see contracts.md, observer seam).
+- The observer is called synchronously on the event loop (runs/observers.py).
   It only builds span objects; the SDK's BatchSpanProcessor queues finished spans and its
   own thread encodes and posts them, so an export never runs on the loop. A dead or slow
   collector costs a log line in that thread and a dropped batch, never a run.
@@ -34,6 +34,11 @@ from typing import Any, Callable, Mapping
 
 import attrs
 
+from .config import Config, Telemetry
+from .runs.model import Run
+from .runs.observers import NoObserver
+from .runs.records import AgentRecord
+
 log = logging.getLogger("swarmbase.telemetry")
 
 CONTENT_CAP = 64 * 1024            # bytes of prompt or output text attached per agent
@@ -48,7 +53,7 @@ class Settings:
     include_content: bool = False
 
 
-def telemetry_settings(cfg: Any, environ: Mapping[str, str] | None = None) -> Settings | None:
+def telemetry_settings(tel: Telemetry, environ: Mapping[str, str] | None = None) -> Settings | None:
     """On when the config names `telemetry.otlpEndpoint` or the standard
     OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT variable is set; OTEL_SDK_DISABLED=true or
     OTEL_TRACES_EXPORTER=none turn it off. The config's endpoint is the collector's base
@@ -58,9 +63,8 @@ def telemetry_settings(cfg: Any, environ: Mapping[str, str] | None = None) -> Se
         return None
     if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
         return None
-    tel = getattr(cfg, "telemetry", None)
-    include = bool(getattr(tel, "includeContent", False))
-    endpoint = getattr(tel, "otlpEndpoint", None)
+    include = bool(tel.includeContent)
+    endpoint = tel.otlpEndpoint
     if endpoint:
         endpoint = endpoint.rstrip("/")
         return Settings(endpoint if endpoint.endswith("/v1/traces") else endpoint + "/v1/traces", include)
@@ -69,8 +73,8 @@ def telemetry_settings(cfg: Any, environ: Mapping[str, str] | None = None) -> Se
     return None
 
 
-def make_trace_observer(cfg: Any, environ: Mapping[str, str] | None = None, **kw: Any) -> "TraceObserver | None":
-    settings = telemetry_settings(cfg, environ)
+def make_trace_observer(cfg: Config, environ: Mapping[str, str] | None = None, **kw: Any) -> "TraceObserver | None":
+    settings = telemetry_settings(cfg.telemetry, environ)
     if settings is None:
         return None
     return TraceObserver(endpoint=settings.endpoint, include_content=settings.include_content, **kw)
@@ -104,7 +108,7 @@ def history_times(history: list[dict[str, Any]]) -> list[tuple[Any, float | None
 def state_waits(marks: list[tuple[Any, float | None, dict[str, Any]]]) -> dict[str, float]:
     """Seconds spent in each waiting state before the agent ran (from its state history)."""
     waits: dict[str, float] = {}
-    for (state, t, _), (_, t_next, _) in zip(marks, marks[1:]):
+    for (state, t, _), (_, t_next, _) in zip(marks, marks[1:], strict=False):
         if state in ("queued", "waiting-budget", "waiting-node") and t is not None and t_next is not None:
             waits[state] = waits.get(state, 0.0) + max(0.0, t_next - t)
     return waits
@@ -144,8 +148,8 @@ class _RunSpans:
         self.workflows: dict[str, Any] = {}
 
 
-class TraceObserver:
-    """The observer (contracts.md, observer seam) that turns runs into traces."""
+class TraceObserver(NoObserver):
+    """The observer (runs/observers.py) that turns runs into traces."""
 
     def __init__(self, *, endpoint: str | None = None, include_content: bool = False, exporter: Any = None,
                  schedule_delay_ms: int = 1000, redactor_for: Callable[[str], Callable[[str], str] | None] | None = None,
@@ -180,14 +184,14 @@ class TraceObserver:
         from opentelemetry.trace import set_span_in_context
         return set_span_in_context(span, self._root_context())
 
-    def _run(self, run: Any) -> _RunSpans:
+    def _run(self, run: Run) -> _RunSpans:
         spans = self._runs.get(run.id)
         if spans is None:        # an event for a run whose start this observer did not see
             self.run_started(run)
             spans = self._runs[run.id]
         return spans
 
-    def _parent(self, run: Any, workflow: str) -> Any:
+    def _parent(self, run: Run, workflow: str) -> Any:
         spans = self._run(run)
         path = workflow
         while path:
@@ -200,18 +204,18 @@ class TraceObserver:
         span.set_status(self._status(self._code.ERROR, (message or "")[:500]))
 
     # -- the observer methods ---------------------------------------------------------
-    def run_started(self, run: Any) -> None:
+    def run_started(self, run: Run) -> None:
         span = self._tracer.start_span("swarmbase.run", context=self._root_context(), start_time=ns(run.created_at),
                                        attributes=clean({
                                            "swarmbase.run_id": run.id, "swarmbase.caller": run.caller,
-                                           "swarmbase.label": getattr(run, "display_label", None),
+                                           "swarmbase.label": run.display_label,
                                            "swarmbase.profile": run.profile, "swarmbase.budget_usd": run.budget_usd,
                                            "swarmbase.budget_tokens": run.budget_tokens,
                                            "swarmbase.resumed_from": run.resumed_from,
                                            "gen_ai.operation.name": "invoke_workflow"}))
         self._runs[run.id] = _RunSpans(span)
 
-    def run_ended(self, run: Any) -> None:
+    def run_ended(self, run: Run) -> None:
         spans = self._run(run)
         self._runs.pop(run.id, None)
         for path in sorted(spans.workflows, reverse=True):      # deepest first
@@ -221,12 +225,12 @@ class TraceObserver:
             "swarmbase.status": run.status, "swarmbase.cost_usd": round(run.spent_usd, 6),
             "swarmbase.cost_estimated": run.spent_estimated, "swarmbase.agents.total": run.agents_total,
             "swarmbase.agents.done": run.agents_done, "swarmbase.error": run.error,
-            "swarmbase.spent_tokens": getattr(run, "spent_tokens", None)}))
+            "swarmbase.spent_tokens": run.spent_tokens}))
         if run.status in FAILED_RUN:
             self._error(span, run.error)
         span.end(end_time=ns(run.ended_at))
 
-    def workflow_started(self, run: Any, path: str, label: str | None = None) -> None:
+    def workflow_started(self, run: Run, path: str, label: str | None = None) -> None:
         spans = self._run(run)
         parent = self._parent(run, path.rsplit("/", 1)[0] if "/" in path else "")
         spans.workflows[path] = self._tracer.start_span(
@@ -234,7 +238,7 @@ class TraceObserver:
             attributes=clean({"swarmbase.run_id": run.id, "swarmbase.caller": run.caller,
                               "swarmbase.workflow": path, "swarmbase.label": label}))
 
-    def workflow_ended(self, run: Any, path: str, ok: bool) -> None:
+    def workflow_ended(self, run: Run, path: str, ok: bool) -> None:
         span = self._run(run).workflows.pop(path, None)
         if span is None:
             return
@@ -242,15 +246,15 @@ class TraceObserver:
             self._error(span, "the nested workflow failed")
         span.end()
 
-    def phase(self, run: Any, title: str, workflow: str = "") -> None:
+    def phase(self, run: Run, title: str, workflow: str = "") -> None:
         self._parent(run, workflow).add_event("phase", clean({"swarmbase.phase": title,
                                                               "swarmbase.workflow": workflow}))
 
-    def agent_started(self, run: Any, rec: Any) -> None:
+    def agent_started(self, run: Run, rec: AgentRecord) -> None:
         """Nothing: the agent's span is made whole when it ends (see the design log)."""
 
-    def agent_ended(self, run: Any, rec: Any) -> None:
-        workflow = getattr(rec, "workflow", "") or ""
+    def agent_ended(self, run: Run, rec: AgentRecord) -> None:
+        workflow = rec.workflow or ""
         tokens = rec.tokens
         system = SYSTEMS.get(rec.engine, rec.engine)
         start = rec.queued_at if isinstance(rec.queued_at, (int, float)) else rec.started_at
@@ -261,11 +265,11 @@ class TraceObserver:
             "gen_ai.usage.cache_read.input_tokens": tokens.cache_read,
             "gen_ai.usage.cache_creation.input_tokens": tokens.cache_write,
             "swarmbase.cost_usd": round(rec.cost_usd, 6), "swarmbase.cost_estimated": rec.cost_estimated,
-            "swarmbase.priced": getattr(rec, "priced", True), "swarmbase.caller": run.caller,
+            "swarmbase.priced": rec.priced, "swarmbase.caller": run.caller,
             "swarmbase.run_id": run.id, "swarmbase.agent.n": rec.n, "swarmbase.agent.state": rec.state,
             "swarmbase.engine": rec.engine, "swarmbase.profile": rec.profile, "swarmbase.workflow": workflow,
             "swarmbase.replayed": rec.replayed, "swarmbase.phase": rec.phase, "swarmbase.error": rec.error,
-            "swarmbase.duration_s": rec.duration_s, "swarmbase.node": getattr(rec, "node", None),
+            "swarmbase.duration_s": rec.duration_s, "swarmbase.node": rec.node,
         }
         marks = history_times(rec.history)
         for state, secs in state_waits(marks).items():
@@ -282,7 +286,7 @@ class TraceObserver:
             self._error(span, rec.error)
         span.end(end_time=ns(rec.ended_at))
 
-    def _content(self, run: Any, rec: Any) -> dict[str, str]:
+    def _content(self, run: Run, rec: AgentRecord) -> dict[str, str]:
         redact = self.redactor_for(run.id) if self.redactor_for else None
         out: dict[str, str] = {}
         prompt = read_capped(Path(rec.dir) / "prompt.txt")

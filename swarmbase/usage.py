@@ -15,13 +15,17 @@ import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Iterable, TextIO
+from typing import TYPE_CHECKING, Any, Iterable, TextIO
 
 import attrs
 
 from . import money
 from .audit.rundirs import agent_records, read_json
 from .audit.tree import token_detail
+
+if TYPE_CHECKING:
+    from .config import Caller
+    from .runs.supervisor import Supervisor
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
@@ -190,23 +194,23 @@ def report_for_state(state_dir: Path, start: str | None = None, end: str | None 
     return report(runs_on_disk(state_dir, first, last, caller), first, last)
 
 
-def supervisor_runs(sup: Any, caller: str | None, first: dt.date, last: dt.date) -> list[tuple[str, Path, bool]]:
+def supervisor_runs(sup: Supervisor, caller: str | None, first: dt.date, last: dt.date) -> list[tuple[str, Path, bool]]:
     """(caller, dir) of the daemon's runs that may hold agents ending in the window, pruned
     on the runs it holds in memory. Cheap; call it on the event loop, then `report` (which
     reads files) may run in a thread."""
     lo, hi = epoch(first), epoch(last + dt.timedelta(days=1))
-    return [(r.caller, sup.store.dir(r), not r.active) for r in list(sup.runs.values())
+    return [(r.caller, sup.env.store.dir(r), not r.active) for r in list(sup.runs.values())
             if (caller is None or r.caller == caller) and run_in_window(r.created_at, r.ended_at, lo, hi)]
 
 
-def report_for_supervisor(sup: Any, caller: str | None, start: str | None = None, end: str | None = None,
+def report_for_supervisor(sup: Supervisor, caller: str | None, start: str | None = None, end: str | None = None,
                           today: dt.date | None = None) -> dict[str, Any]:
     """The daemon's view: reads only the agent records of runs in the window."""
     first, last = date_range(start, end, today)
     return report(supervisor_runs(sup, caller, first, last), first, last, CACHE)
 
 
-def tool_handler(sup: Any, caller: Any, a: dict[str, Any]) -> dict[str, Any]:
+def tool_handler(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     """The `usage` tool: the calling caller's spend. Raises UsageError for a bad range
     (tools.py turns it into a ToolError)."""
     return {**report_for_supervisor(sup, caller.name, a.get("from"), a.get("to")), "quota": sup.quota.view(caller)}
@@ -223,7 +227,7 @@ def render_table(rep: dict[str, Any]) -> str:
     widths = [max(len(row[i]) for row in [head, *body, foot]) for i in range(len(head))]
 
     def fmt(row: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) if i >= 4 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+        return "  ".join(c.rjust(w) if i >= 4 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))).rstrip()
 
     lines = [f"spend {rep['from']} .. {rep['to']} (UTC, by agent end time; ~ = includes estimates)", fmt(head)]
     lines += [fmt(r) for r in body] or ["(no agents ended in this range)"]

@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from swarmbase import config, daemon, identity
-from swarmbase.runner import RUNNER, RunnerLimits
+from swarmbase.script.runner import RUNNER, RunnerLimits
 
 
 CLAUDE = Path(__file__).resolve().parent / ".tools" / "node_modules" / ".bin" / "claude"

@@ -13,7 +13,8 @@ from typing import Any
 
 import trio
 
-from swarmbase.runner import (
+from swarmbase.script.host import ScriptHostBase
+from swarmbase.script.runner import (
     AgentCallError,
     Answered,
     RunnerLimits,
@@ -23,7 +24,7 @@ from swarmbase.runner import (
 )
 
 
-class Host:
+class Host(ScriptHostBase):
     def __init__(self, delays: dict[str, float] | None = None, replayed: dict[str, Any] | None = None,
                  settle_before_spawn: bool = False) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []   # agent() calls that reached the host
@@ -46,6 +47,9 @@ class Host:
         self.output_tokens = 0                    # budget.spent(): 10 per finished agent
         self.max_agents = 1000
         self.bridge: Any = None
+
+    def attach(self, bridge: Any) -> None:
+        self.bridge = bridge
 
     def agent_begin(self, prompt: str, opts: dict[str, Any]) -> Any:
         self.begun.append(prompt)

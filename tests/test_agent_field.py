@@ -118,5 +118,5 @@ async def test_a_full_disk_fails_the_run_not_the_daemon(small_disk: Path, nurser
         while big.id in sup.unsaved:
             await trio.sleep(0.2)
     import json
-    assert json.loads((sup.store.dir(big) / "run.json").read_text())["status"] == "failed"
+    assert json.loads((sup.env.store.dir(big) / "run.json").read_text())["status"] == "failed"
     assert env.services.outbox.persisted

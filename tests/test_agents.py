@@ -15,7 +15,7 @@ import trio
 import trio.testing
 
 from swarmbase.engines import framing
-from swarmbase.procs import process_start_time, reap_recorded_groups
+from swarmbase.launch.procs import process_start_time, reap_recorded_groups
 from swarmbase.runs.budget import BudgetGate, BudgetSpent, Ledger
 
 from .conftest import Env, agent_json, engine_daemon, process_records, result_of, run_to_end
@@ -125,7 +125,7 @@ async def test_skip_kills_whole_group_and_run_goes_on(tmp_path: Path, nursery: t
     sup = env.services.supervisor
     run = sup.start(env.cfg.caller("alice"), {"script": "const a = await agent('hold');\nreturn { a, b: await agent('noop') };",
                                               "keepWork": True})
-    work = sup.store.work_dir(run)
+    work = sup.env.store.work_dir(run)
     with trio.fail_after(30):
         while not list(work.glob("grandchild-*")):
             await trio.sleep(0.02)
@@ -147,7 +147,7 @@ async def test_cancel_kills_agent_groups(tmp_path: Path, nursery: trio.Nursery) 
     sup = env.services.supervisor
     run = sup.start(env.cfg.caller("alice"), {"script": "return await parallel([() => agent('hold'), () => agent('hold')])",
                                               "keepWork": True})
-    work = sup.store.work_dir(run)
+    work = sup.env.store.work_dir(run)
     with trio.fail_after(30):
         # Both grandchildren have written their pid files (a file exists before its pid is in it).
         while len([p for p in work.glob("grandchild-*") if p.read_text().strip()]) < 2:

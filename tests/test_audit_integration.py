@@ -47,7 +47,7 @@ async def test_real_runs_are_chained_and_verify(tmp_path: Path, nursery: trio.Nu
     code, text = audit(env.state, new.id)
     assert code == 0 and "(replayed)" in text and run.id in text, text
     # An edit to the old run's journal is named through the new run.
-    path = sup.store.dir(run) / "journal.jsonl"
+    path = sup.env.store.dir(run) / "journal.jsonl"
     rows = path.read_bytes().splitlines(keepends=True)
     rows[2] = rows[2].replace(b'"noop"', b'"nope"')
     path.write_bytes(b"".join(rows))
@@ -91,7 +91,7 @@ async def test_trace_of_a_real_run(tmp_path: Path, nursery: trio.Nursery) -> Non
     url = await nursery.start(serve_on_loopback, rcv)
     env = await fake_daemon(tmp_path, nursery, telemetry={"otlpEndpoint": url})
     run = await run_to_end(env, SCRIPT)
-    tracer = next(o for o in env.services.supervisor.observers if type(o).__name__ == "TraceObserver")
+    tracer = next(o for o in env.services.supervisor.env.observers if type(o).__name__ == "TraceObserver")
     with trio.fail_after(30):
         assert await trio.to_thread.run_sync(tracer.force_flush)
     spans = rcv.spans()

@@ -28,15 +28,15 @@ def test_the_deny_list_grows_with_the_runs_and_is_otherwise_the_same_object(tmp_
     cfg = config.load(path)
     runs = generate(cfg.state_dir, 30)
     sup = _Sup(RunStore(cfg.state_dir), {r.id: r for r in runs[:20]})
-    deny = CodexDenyList(cfg, sup)
+    deny = CodexDenyList(cfg, sup.store, sup.runs)
     first = deny()
     assert deny() is first                              # nothing changed: the very same tuple
-    assert list(first) == codex_deny_list(cfg, sup)     # what a rebuild would give
+    assert list(first) == codex_deny_list(cfg, sup.store, sup.runs)     # what a rebuild would give
     assert str(cfg.path) in first and str(cfg.state_dir / "procs") in first
     for r in runs[20:]:
         sup.runs[r.id] = r
     grown = deny()
-    assert grown is not first and list(grown) == codex_deny_list(cfg, sup)
+    assert grown is not first and list(grown) == codex_deny_list(cfg, sup.store, sup.runs)
     d = sup.store.dir(runs[25])
     assert str(d / "journal.jsonl") in grown and str(d / "agents") in grown
     assert str(d / "work") not in grown                 # an agent's cwd is never denied

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from swarmbase.client import connect
-from swarmbase.procs import process_start_time
+from swarmbase.launch.procs import process_start_time
 from swarmbase.runs.model import Run
 from swarmbase.runs.store import RunStore
 

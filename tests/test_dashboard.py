@@ -145,7 +145,7 @@ async def test_sse_live_resume_and_keepalive(dash: Env, monkeypatch: pytest.Monk
 async def test_sse_reload_for_ids_it_cannot_serve(dash: Env) -> None:
     """An id older than what a stream keeps, or newer than anything published (an earlier
     daemon life), gets one `reload` event and the end of the stream, not a partial history."""
-    hub = dash.services.supervisor.events
+    hub = dash.services.supervisor.env.events
     run = await run_to_end(dash, "".join(f"log('line {i}');\n" for i in range(40)) + "return 1")
     async with httpx.AsyncClient(base_url=dash.url, timeout=httpx.Timeout(10, read=None)) as c:
         for after in (1, hub.seq + 1_000):
@@ -341,7 +341,7 @@ async def test_security_headers_and_error_pages(dash: Env, monkeypatch: pytest.M
 
 
 async def test_list_shows_quarantined_files(dash: Env) -> None:
-    dash.services.supervisor.damaged = [{"path": "runs/x/run.json", "fault": "truncated JSON", "at": "2026-01-01T00:00:00Z"},
+    dash.services.supervisor.env.store.damaged = [{"path": "runs/x/run.json", "fault": "truncated JSON", "at": "2026-01-01T00:00:00Z"},
                                         {"path": "procs/7.json", "fault": "not JSON", "at": "2026-01-01T00:00:00Z"}]
     async with httpx.AsyncClient(base_url=dash.url) as c:
         html = (await c.get("/")).text

@@ -88,7 +88,7 @@ def sign_in(driver: Any, env: Env) -> None:
 def held_row(env: Env, run: Any, n: int, **change: Any) -> None:
     """Publish a running agent's live usage the way the core will (the contract's `agent` event)."""
     rec = env.services.supervisor.live[run.id].agents[n]
-    env.services.supervisor.events.publish(run.id, "agent", {**rec.row(), "phase": rec.phase, **change})
+    env.services.supervisor.env.events.publish(run.id, "agent", {**rec.row(), "phase": rec.phase, **change})
 
 
 @pytest.mark.timeout(180)
@@ -172,7 +172,7 @@ async def test_live_run_page_in_chromium(tmp_path: Path, nursery: trio.Nursery, 
     t = run.created_at
     base = {"engine": "claude", "model": None, "costUsd": 0.0, "estimated": False, "priced": True, "tokens": 0,
             "phase": "work", "error": None}
-    hub = sup.events
+    hub = sup.env.events
     hub.publish(run.id, "agent", {**base, "n": 90, "label": "replayed-one", "state": "done", "replayed": True,
                                   "queuedAt": t, "startedAt": t, "endedAt": t, "durationS": 0.0,
                                   "originalDurationS": 2.0})

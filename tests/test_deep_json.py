@@ -17,7 +17,7 @@ import trio
 from swarmbase import json_depth
 from swarmbase.client import HostClient, connect
 from swarmbase.engines.meter import event_data
-from swarmbase.runner import RunnerLimits, run_script
+from swarmbase.script.runner import RunnerLimits, run_script
 
 from .clidaemon import cli_daemon
 from .conftest import write_config

@@ -15,9 +15,10 @@ import trio
 import trio.testing
 
 from swarmbase import config
-from swarmbase.mcpl.delivery import PUSH_TIMEOUT_S, backoff_delay, classify_answer
+from swarmbase.notify.delivery import PUSH_TIMEOUT_S, backoff_delay, classify_answer
 from swarmbase.mcpl.session import Hub, Session
-from swarmbase.outbox import Outbox
+from swarmbase.notify.outbox import Outbox
+from swarmbase.runs.observers import NoObserver, Observers
 
 from .test_outbox import notice
 
@@ -274,7 +275,7 @@ async def test_observers_hear_delivered_and_refused(tmp_path: Path, autojump_clo
     ob = filled(tmp_path, 2)
     heard: list[tuple[str, ...]] = []
 
-    class Observer:
+    class Observer(NoObserver):
         def notice_delivered(self, caller: str, eid: str) -> None:
             heard.append(("delivered", caller, eid))
 
@@ -282,13 +283,9 @@ async def test_observers_hear_delivered_and_refused(tmp_path: Path, autojump_clo
             heard.append(("failed", caller, eid, reason))
             raise RuntimeError("a broken observer never affects delivery")
 
-    class Sup:
-        observers = [Observer()]
-
     with trio.fail_after(10_000):
         async with trio.open_nursery() as n:
-            host = MemHost(ob, Hub())
-            host.session.sup = Sup()          # type: ignore[assignment]
+            host = MemHost(ob, Hub(Observers(Observer())))
             await host.start(n)
             async for msg in host.pushes():
                 if msg["params"]["eventId"] == notice(0)["eventId"]:

@@ -130,7 +130,7 @@ async def test_waiting_journal_lines_are_written_in_order_or_reported_lost(
     assert deferred.journal_now("run_0123456789ab") == "3 of its agent results are not journaled yet (the disk is full)"
     async def no_final_write(live: object) -> None:
         raise AssertionError("no run waits for its final write here")
-    await deferred.last_chance(no_final_write)
+    await deferred.last_chance({}, no_final_write)
     assert "3 paid agent result(s) could not be journaled" in caplog.text
     monkeypatch.setattr(fsutil, "append_bytes", real)
     assert await deferred.write_journal("run_0123456789ab") and deferred.journals == {}

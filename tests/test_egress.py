@@ -22,7 +22,7 @@ from swarmbase.launch import egress, local, netns
 from swarmbase.launch.egress import Endpoint, endpoints, plan, url_endpoint
 from swarmbase.launch.local import LocalLauncher
 from swarmbase.launch.netns import NETNS_INIT, Namespace, NamespaceError
-from swarmbase.spawn import on_spawner
+from swarmbase.launch.spawn import on_spawner
 from swarmbase.launch.spec import LaunchSpec
 
 from .conftest import write_config

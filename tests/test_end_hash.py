@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from swarmbase import notices
+from swarmbase.notify import notices
 from swarmbase.audit import chain, seal
 from swarmbase.audit.render import audit_command
 from swarmbase.client import connect

@@ -41,7 +41,7 @@ async def test_an_installed_wheel_runs_a_script_outside_the_checkout(tmp_path: P
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     where = await trio.run_process(
-        [str(python), "-c", "import swarmbase, dashboard, swarmbase.runner as r; "
+        [str(python), "-c", "import swarmbase, dashboard, swarmbase.script.runner as r; "
                             "print(swarmbase.__file__); print(dashboard.__file__); print(r.RUNNER)"],
         cwd=elsewhere, env=env, capture_stdout=True)
     files = where.stdout.decode().split()

@@ -18,7 +18,7 @@ import trio
 
 from swarmbase import config
 from swarmbase.launch.local import LocalLauncher
-from swarmbase.runner import RUNNER_ENV, run_script, runner_spec
+from swarmbase.script.runner import RUNNER_ENV, run_script, runner_spec
 
 from .conftest import CLAUDE, Env, agent_json, descendants, process_table, result_of, run_to_end, start_daemon, write_config
 from .fakes.anthropic_api import FakeAnthropic

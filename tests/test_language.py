@@ -69,7 +69,7 @@ async def test_the_default_cap_lets_perRunConcurrency_agents_run_at_once(tmp_pat
     gate.unlink()
     run = await finished(env, run.id)
     assert run.status == "completed" and result_of(env, run) == 16
-    assert json.loads((sup.store.dir(run) / "agents" / "1" / "opts.json").read_text())["resolved"]["maxUsd"] is None
+    assert json.loads((sup.env.store.dir(run) / "agents" / "1" / "opts.json").read_text())["resolved"]["maxUsd"] is None
     assert agent_json(env, run, 1)["costUsd"] == 0.01
 
 

@@ -74,7 +74,7 @@ async def test_phase_and_log_floods_are_capped_and_do_not_stall_others(tmp_path:
                 await sup.live[run.id].finished.wait()
     assert phases.status == "failed" and "more than 500 phases (maxPhasesPerRun in the daemon config lifts it)" in phases.error
     assert logs.status == "failed" and "more than 200,000 bytes (maxLogBytesPerRun)" in logs.error
-    on_disk = json.loads((sup.store.dir(phases) / "phases.json").read_text())
+    on_disk = json.loads((sup.env.store.dir(phases) / "phases.json").read_text())
     assert len(on_disk) == 500
     # status reads the log's tail only, whatever its size.
     from swarmbase.mcpl import tools

@@ -265,13 +265,11 @@ async def test_policy_refusals_are_tool_errors(running: Env) -> None:
 
 @pytest.fixture
 async def running(env: Env, nursery: trio.Nursery):  # noqa: F811 - parked agents for policy tests
-    from swarmbase.runner import RunnerLimits
+    from swarmbase.script.runner import RunnerLimits
 
     from .conftest import start_daemon
 
-    class Parked:
-        async def call(self, live, prompt, opts, ticket=None):
-            await trio.sleep_forever()
+    from .fakes.agents import Parked
 
     await start_daemon(nursery, env, agents=Parked(), limits=RunnerLimits(slice_ms=1000))
     yield env

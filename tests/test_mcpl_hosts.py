@@ -14,7 +14,7 @@ from swarmbase import config
 from swarmbase.client import connect
 from swarmbase.mcpl import features
 from swarmbase.mcpl import selection
-from swarmbase.runner import RunnerLimits
+from swarmbase.script.runner import RunnerLimits
 
 from .conftest import Env, run_to_end, start_daemon, write_config
 from .hosts import AgentFrameworkLike, HarnessCrashed, HarnessLike

@@ -80,7 +80,7 @@ async def test_counters_and_gauges(services: Any) -> None:
     run = new_run("alice")
     sup.runs[run.id] = run
     m.run_started(run)
-    live = LiveRun(run=run, caller=services.cfg.caller("alice"), slots=trio.Semaphore(1))
+    live = LiveRun(run=run, caller=services.cfg.caller("alice"), env=services.env, slots=trio.Semaphore(1))
     sup.live[run.id] = live
     for rec in (agent(4, "claude", "running"), agent(5, "codex", "queued"), agent(6, "codex", "running")):
         live.agents[rec.n] = rec

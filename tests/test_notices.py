@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swarmbase import notices
+from swarmbase.notify import notices
 from swarmbase.mcpl.features import NOTIFY_SET, TAG_ONTOLOGY
 from swarmbase.runs.model import Run
 

@@ -18,9 +18,9 @@ import trio
 import trio.lowlevel
 import trio.testing
 
-from swarmbase import outbox as outbox_mod
-from swarmbase import outbox_file
-from swarmbase.outbox import Outbox
+from swarmbase.notify import outbox as outbox_mod
+from swarmbase.notify import outbox_file
+from swarmbase.notify.outbox import Outbox
 
 
 def notice(i: int, pad: int = 0) -> dict[str, Any]:

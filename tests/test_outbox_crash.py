@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from swarmbase.client import connect
-from swarmbase.outbox import Outbox
+from swarmbase.notify.outbox import Outbox
 
 from .clidaemon import cli_daemon
 from .conftest import write_config

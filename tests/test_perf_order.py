@@ -13,6 +13,7 @@ import trio
 
 from swarmbase import fsutil
 from swarmbase.runs import flush
+from swarmbase.runs.pending import Pending
 
 from .conftest import agent_json, run_to_end
 from .test_agents import fake_daemon
@@ -24,12 +25,12 @@ async def test_events_log_lines_and_agent_states_keep_their_order(tmp_path: Path
     env = await fake_daemon(tmp_path, nursery, perRunConcurrency=4)
     sup = env.services.supervisor
     seen: list[tuple[str, str, dict[str, Any]]] = []
-    publish = sup.events.publish
+    publish = sup.env.events.publish
 
     def recording(run_id: str, name: str, data: dict[str, Any]) -> None:
         seen.append((run_id, name, data))
         publish(run_id, name, data)
-    sup.events.publish = recording            # type: ignore[method-assign]
+    sup.env.events.publish = recording            # type: ignore[method-assign]
     script = ("log('a'); phase('p1');\n"
               "const r = await parallel(Array.from({length: 12}, (_, i) => () => agent('noop ' + i, {maxUsd: 0.5})));\n"
               "for (let i = 0; i < 30; i++) log('line ' + i);\n"
@@ -39,7 +40,7 @@ async def test_events_log_lines_and_agent_states_keep_their_order(tmp_path: Path
     mine = [(name, data) for rid, name, data in seen if rid == run.id]
     # Log lines: in the order the script wrote them, on the stream and on disk.
     logged = [d["message"] for name, d in mine if name == "log"]
-    on_disk = [e["message"] for e in fsutil.read_lines(sup.store.dir(run) / "log.jsonl")[0]]
+    on_disk = [e["message"] for e in fsutil.read_lines(sup.env.store.dir(run) / "log.jsonl")[0]]
     expect = ["a", "phase: p1", *[f"line {i}" for i in range(30)], "phase: p2", "c"]
     assert logged == expect and on_disk == expect
     # Each agent's states only move forward, and end done.
@@ -57,12 +58,12 @@ async def test_events_log_lines_and_agent_states_keep_their_order(tmp_path: Path
     assert runs[-1]["status"] == "completed" and mine[-1][0] == "run"
     assert max(r["agents"]["running"] for r in runs) >= 1 and runs[-1]["agents"]["running"] == 0
     # The hub's buffer for the run holds its frames oldest first.
-    stream = sup.events.get(run.id)
+    stream = sup.env.events.get(run.id)
     assert stream is not None
     seqs = [seq for seq, _ in stream.since(stream.floor)]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     # The final phases.json is complete and matches what viewers were shown.
-    phases = json.loads((sup.store.dir(run) / "phases.json").read_text())
+    phases = json.loads((sup.env.store.dir(run) / "phases.json").read_text())
     assert [p["title"] for p in phases] == ["p1", "p2"]
     assert sorted(a["n"] for p in phases for a in p["agents"]) == list(range(1, 14))
     assert all(a["state"] == "done" for p in phases for a in p["agents"])
@@ -97,7 +98,7 @@ class _Run:
 class _Live:
     run: _Run
     agents: dict[int, Any]
-    writes: flush.Pending = attrs.Factory(flush.Pending)
+    writes: Pending = attrs.Factory(Pending)
     views: int = 0
     chains: Any = None          # no hash chains in this fake
 
@@ -114,24 +115,19 @@ class _Store:
         return self.root
 
 
-@attrs.define
-class _Sup:
-    store: _Store
-
-
 async def test_phases_json_is_rewritten_less_often_in_a_big_run_and_whole_at_the_end(
         tmp_path: Path, autojump_clock: Any) -> None:
-    sup = _Sup(_Store(tmp_path))
+    store = _Store(tmp_path)
 
     async def writes_per_second(n_agents: int) -> int:
         live = _Live(_Run(), {n: None for n in range(1, n_agents + 1)})
         for _ in range(40):                 # 10 s of flushes, a change before each
             live.writes.phases_dirty = True
-            await flush.write(sup, live)     # type: ignore[arg-type]
+            await flush.write(store, live)     # type: ignore[arg-type]
             await trio.sleep(flush.FLUSH_INTERVAL_S)
         before = live.views
         live.writes.phases_dirty = True
-        await flush.write(sup, live, final=True)       # type: ignore[arg-type]
+        await flush.write(store, live, final=True)       # type: ignore[arg-type]
         assert live.views == before + 1                 # the end is always written
         assert len(json.loads((tmp_path / "phases.json").read_text())[0]["agents"]) == n_agents
         return before

@@ -21,8 +21,11 @@ from swarmbase import config
 from swarmbase.node import agent as node_agent
 from swarmbase.node import state, workspace
 from swarmbase.node.guardian import Guarded
+from swarmbase.daemon import build_engines
 from swarmbase.runs.agent_opts import OptionError, resolve
 from swarmbase.runs.model import Run
+from swarmbase.runs.records import Redactor
+from swarmbase.runs.store import RunStore
 
 from .conftest import process_table
 
@@ -273,7 +276,8 @@ def test_config_refuses_a_ray_cluster_without_a_private_token(tmp_path: Path) ->
 
 def resolve_for(cfg: config.Config, opts: dict[str, Any], caller: config.Caller | None = None) -> Any:
     run = Run(id="run_x", caller="alice", dir_name="d", created_at=0.0)
-    return resolve("p", opts, run, caller or cfg.callers[0], cfg, 1, 60_000)
+    engines, _ = build_engines(cfg, Redactor(), RunStore(cfg.state_dir), {})
+    return resolve("p", opts, run, caller or cfg.callers[0], cfg, 1, 60_000, engines)
 
 
 def test_opts_placement(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import trio
 
 from typing import Any
 
-from swarmbase.runner import AgentCallError, RunnerLimits, run_script
+from swarmbase.script.runner import AgentCallError, RunnerLimits, run_script
 
 from .script_host import Host, run
 
@@ -240,7 +240,7 @@ async def test_runner_permission_model_denies_fs_and_children() -> None:
     # flags the daemon starts node with.
     import subprocess
 
-    from swarmbase.runner import RUNNER_ENV, node_argv
+    from swarmbase.script.runner import RUNNER_ENV, node_argv
     argv = node_argv()[:-1] + ["-e", (
         "const fs=require('fs');const cp=require('child_process');const r=[];"
         "try{fs.writeFileSync('/tmp/sb-escape','x');r.push('write')}catch(e){r.push(e.code)}"

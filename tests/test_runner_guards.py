@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from swarmbase.runner import RunnerLimits, run_script
+from swarmbase.script.runner import RunnerLimits, run_script
 
 from .script_host import Host, argv_with, run
 
@@ -148,7 +148,7 @@ def direct(messages: list[dict[str, Any]], env: dict[str, str] | None = None,
            until: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
     """Speak the JSON-lines protocol to the runner directly (no daemon side). stdin stays
     open until a message satisfies `until` (closing it ends the runner)."""
-    from swarmbase.runner import RUNNER_ENV, node_argv
+    from swarmbase.script.runner import RUNNER_ENV, node_argv
     proc = subprocess.Popen(node_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env={**RUNNER_ENV, **(env or {})}, text=True)
     assert proc.stdin is not None and proc.stdout is not None

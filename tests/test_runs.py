@@ -13,22 +13,12 @@ import trio
 
 from swarmbase import config, fsutil
 from swarmbase.client import connect
-from swarmbase.runner import RunnerLimits
+from swarmbase.script.runner import RunnerLimits
 from swarmbase.runs.model import Run
 from swarmbase.runs.store import RunStore
 
 from .conftest import Env, runner_pids, start_daemon
-
-
-class Parked:
-    """An agent service whose calls never finish on their own."""
-
-    def __init__(self) -> None:
-        self.started = trio.Event()
-
-    async def call(self, live: Any, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
-        self.started.set()
-        await trio.sleep_forever()
+from .fakes.agents import Gate, Parked
 
 
 def cold_env(tmp_path: Path) -> Env:
@@ -103,17 +93,6 @@ async def test_cancel_mid_run_leaves_no_runner_process(parked: tuple[Env, Parked
             assert st["phases"] == [{"title": "wait", "workflow": "", "agents": []}]
 
 
-class Gate:
-    """Agent calls wait until the test opens the gate."""
-
-    def __init__(self) -> None:
-        self.open = trio.Event()
-
-    async def call(self, live: Any, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any:
-        await self.open.wait()
-        return prompt
-
-
 async def test_offline_caller_gets_notices_on_connect_oldest_first(env: Env, nursery: trio.Nursery) -> None:
     gate = Gate()
     await start_daemon(nursery, env, agents=gate)
@@ -166,7 +145,7 @@ async def test_run_store_files_and_work_dir(running: Env) -> None:
             await h.wait_notice(f"{a}:end")
             await h.wait_notice(f"{b}:end")
     sup = running.services.supervisor
-    da, db = sup.store.dir(sup.runs[a]), sup.store.dir(sup.runs[b])
+    da, db = sup.env.store.dir(sup.runs[a]), sup.env.store.dir(sup.runs[b])
     assert da.name.endswith(f"-{a}") and re.match(r"\d{8}T\d{6}Z-", da.name)
     assert json.loads((da / "run.json").read_text())["status"] == "completed"
     assert (da / "script.js").read_text() == "phase('x'); log('l1'); return [1]"

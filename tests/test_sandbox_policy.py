@@ -16,7 +16,7 @@ from swarmbase.identity import SandboxUser
 from swarmbase.launch.pins import LaunchRefused, pin
 from swarmbase.runs.git_sandbox import sanitized
 from swarmbase.runs.worktrees import WorktreeError, find_repository
-from swarmbase.sandbox import Confinement, HostLayout, bwrap_argv, interpreter_paths
+from swarmbase.launch.sandbox import Confinement, HostLayout, bwrap_argv, interpreter_paths
 
 LAYOUT = HostLayout(symlinks=(("/bin", "usr/bin"),), dirs=(), bwrap="/usr/bin/bwrap", setpriv="/usr/bin/setpriv")
 NOBODY = SandboxUser(uid=65534, gid=65534, name="nobody")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from swarmbase import script_meta
-from swarmbase.script_meta import MetaError, Phase
+from swarmbase.script import meta as script_meta
+from swarmbase.script.meta import MetaError, Phase
 
 
 def test_a_full_literal_with_comments_and_trailing_commas() -> None:

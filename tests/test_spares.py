@@ -19,12 +19,12 @@ import trio
 import trio.testing
 
 from swarmbase import config
-from swarmbase.runner import RUNNER_ENV, runner_spec
-from swarmbase.runs.script_host import spare_spec
+from swarmbase.script.runner import RUNNER_ENV, runner_spec
+from swarmbase.runs.runners import spare_spec
 from swarmbase.runs.spares import Spare, SpareRunners, alive
 
 from .conftest import Env, run_to_end, start_daemon, write_config
-from .test_runs import Parked
+from .fakes.agents import Parked
 from .test_runner_guards import direct
 
 
@@ -50,7 +50,7 @@ async def gone(pid: int) -> None:
 
 async def test_a_run_takes_the_spare_and_a_new_one_replaces_it(spare_env: Env, nursery: trio.Nursery) -> None:
     env = await start_daemon(nursery, spare_env)
-    pool = env.services.supervisor.spares
+    pool = env.services.runners.spares
     assert pool is not None
     with trio.fail_after(60):
         first = await ready_spare(pool)
@@ -72,7 +72,7 @@ async def test_a_run_takes_the_spare_and_a_new_one_replaces_it(spare_env: Env, n
 
 async def test_a_spare_that_dies_waiting_is_replaced(spare_env: Env, nursery: trio.Nursery) -> None:
     env = await start_daemon(nursery, spare_env)
-    pool = env.services.supervisor.spares
+    pool = env.services.runners.spares
     with trio.fail_after(60):
         doomed = await ready_spare(pool)
         os.killpg(doomed.proc.pid, signal.SIGKILL)        # the sandbox and node in it
@@ -86,7 +86,7 @@ async def test_a_spare_that_dies_waiting_is_replaced(spare_env: Env, nursery: tr
 
 async def test_a_dead_spare_is_never_handed_out(spare_env: Env, nursery: trio.Nursery) -> None:
     env = await start_daemon(nursery, spare_env)
-    pool = env.services.supervisor.spares
+    pool = env.services.runners.spares
     with trio.fail_after(60):
         doomed = await ready_spare(pool)
         os.killpg(doomed.proc.pid, signal.SIGKILL)
@@ -103,7 +103,7 @@ async def test_a_cancelled_run_kills_its_spare(spare_env: Env, nursery: trio.Nur
     env = await start_daemon(nursery, spare_env, agents=Parked())
     sup = env.services.supervisor
     with trio.fail_after(60):
-        spare = await ready_spare(sup.spares)
+        spare = await ready_spare(env.services.runners.spares)
         record = env.state / "procs" / f"{spare.key}.json"
         assert json.loads(record.read_text())["spare"] is True
         run = sup.start(env.cfg.caller("alice"), {"script": "await agent('forever'); return 1"})
@@ -123,7 +123,7 @@ async def test_a_cancelled_run_kills_its_spare(spare_env: Env, nursery: trio.Nur
 async def test_each_run_gets_its_own_runner_and_a_spare_is_used_once(spare_env: Env,
                                                                        nursery: trio.Nursery) -> None:
     env = await start_daemon(nursery, spare_env)
-    pool = env.services.supervisor.spares
+    pool = env.services.runners.spares
     pids = []
     with trio.fail_after(90):
         for i in range(3):

@@ -14,8 +14,8 @@ import textwrap
 import pytest
 import trio
 
-from swarmbase import spawn
-from swarmbase.spawn import Limits, exec_wrapped, open_child
+from swarmbase.launch import spawn
+from swarmbase.launch.spawn import Limits, exec_wrapped, open_child
 
 
 def test_wrappers_replace_the_preexec_function() -> None:

@@ -19,7 +19,7 @@ import attrs
 import pytest
 import trio
 
-from swarmbase import telemetry
+from swarmbase import config, telemetry
 from swarmbase.daemon import serve_on_loopback
 from swarmbase.prices import Tokens
 from swarmbase.runs import records
@@ -213,12 +213,12 @@ async def test_dead_collector_never_touches_runs(tmp_path: Path) -> None:
 
 
 def test_settings() -> None:
-    off = SimpleNamespace()
+    off = config.Telemetry()
     assert telemetry.telemetry_settings(off, {}) is None
-    assert telemetry.telemetry_settings(SimpleNamespace(telemetry=SimpleNamespace(otlpEndpoint=None)), {}) is None
-    on = SimpleNamespace(telemetry=SimpleNamespace(otlpEndpoint="http://collector:4318/", includeContent=True))
+    assert telemetry.telemetry_settings(config.Telemetry(otlpEndpoint=None), {}) is None
+    on = config.Telemetry(otlpEndpoint="http://collector:4318/", includeContent=True)
     assert telemetry.telemetry_settings(on, {}) == telemetry.Settings("http://collector:4318/v1/traces", True)
-    full = SimpleNamespace(telemetry=SimpleNamespace(otlpEndpoint="http://c:4318/v1/traces"))
+    full = config.Telemetry(otlpEndpoint="http://c:4318/v1/traces")
     assert telemetry.telemetry_settings(full, {}).endpoint == "http://c:4318/v1/traces"
     assert telemetry.telemetry_settings(off, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}) == \
         telemetry.Settings(None, False)
@@ -240,7 +240,7 @@ def test_off_means_opentelemetry_is_never_imported(tmp_path: Path) -> None:
     telemetry is off (start-up time and idle RSS)."""
     code = ("import sys, types\n"
             "import swarmbase.daemon, swarmbase.telemetry as t, swarmbase.metrics, dashboard.spend, dashboard.audit_view\n"
-            "assert t.make_trace_observer(types.SimpleNamespace(), {}) is None\n"
+            "assert t.make_trace_observer(types.SimpleNamespace(telemetry=swarmbase.config.Telemetry()), {}) is None\n"
             "bad = sorted(m for m in sys.modules if m.startswith('opentelemetry'))\n"
             "assert not bad, bad\n"
             "print('clean')\n")

@@ -14,7 +14,7 @@ import pytest
 from swarmbase.runs import workflows
 from swarmbase.runs.agent_opts import unknown_option
 from swarmbase.runs.budget import default_max_usd
-from swarmbase.runs.run_request import RunRefused
+from swarmbase.runs.run_opts import RunRefused
 from swarmbase.runs.workflow_call import from_tool
 from swarmbase.runs.workflows import WorkflowError, find_saved, read_script_file
 
@@ -103,15 +103,12 @@ def test_saved_workflows_by_file_name_or_meta_name(tmp_path: Path) -> None:
     ("args.n * 2", "text"), ("x\ny", "text"),
 ])
 def test_a_string_is_a_name_unless_it_reads_as_code(tmp_path: Path, source: str, kind: str) -> None:
-    @attrs.frozen
-    class Scope:
-        caller: Caller
-    scope = Scope(Caller("alice", []))
+    caller = Caller("alice", [])
     if kind == "name":
         with pytest.raises(WorkflowError, match=r"no workflow with that name\. Available: \(none\)"):
-            workflows._source(scope, source, tmp_path)
+            workflows._source(caller, source, tmp_path)
     else:
-        assert workflows._source(scope, source, tmp_path) == (source, None)
+        assert workflows._source(caller, source, tmp_path) == (source, None)
 
 
 def test_did_you_mean_and_the_default_cap() -> None:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 from typing import Any, Iterable, Literal
 
 import attrs
@@ -273,7 +273,7 @@ def verify_lines(file: str, name: str, data: bytes, start: str | None,
 
     where = {e["hash"]: i for i, e in enumerate(parsed) if isinstance(e, dict) and isinstance(e.get("hash"), str)}
     last = None
-    for i, (raw, e) in enumerate(zip(segments, parsed)):
+    for i, (raw, e) in enumerate(zip(segments, parsed, strict=False)):
         if e is _UNPARSEABLE:
             return broken(i + 1, "not valid JSON: the line was edited or damaged", i, last)
         why = check_entry(e, raw)

@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from ..jsonvalue import object_at
 from .rundirs import RunIndex, agent_records, read_json
 from .verify import RunVerdict, verify_run
 
@@ -107,7 +108,8 @@ def agent_node(run_dir: Any, n: int, rec: dict[str, Any], base_depth: int) -> Ag
         opts = read_json(run_dir / "agents" / str(n) / "opts.json")
         resolved = opts.get("resolved") if isinstance(opts, dict) else None
         cwd = resolved.get("cwd") if isinstance(resolved, dict) else None
-    workflow = rec.get("workflow") if isinstance(rec.get("workflow"), str) else ""
+    found = rec.get("workflow")
+    workflow = found if isinstance(found, str) else ""
     tokens = token_detail(rec)
     cost = rec.get("costUsd")
     return AgentNode(
@@ -147,7 +149,7 @@ def run_node(idx: RunIndex, run_id: str, relation: str, base_depth: int = 0,
     d = idx.dirs[run_id]
     run = idx.runs[run_id]
     agents = [agent_node(d, n, rec, base_depth) for n, rec in agent_records(d)]
-    meta = run.get("meta") if isinstance(run.get("meta"), dict) else {}
+    meta = object_at(run, "meta")
     facts = {k: run.get(k) for k in RUN_FACTS}
     facts["label"] = run.get("label") or meta.get("name")
     node = RunNode(run_id, idx.rel(d), facts, relation, workflow_tree(agents, base_depth), verify_run(idx, run_id))

@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from ..jsonvalue import object_at
 from . import chain, seal
 from .chain import NOT_SEALED, Break, ChainResult
 from .rundirs import RunIndex, agent_numbers, read_bytes
@@ -72,7 +73,7 @@ def _link_break(idx: RunIndex, d: Path, run: dict[str, Any], link: dict[str, Any
                              f"its end record is not the one {run['id']} linked to when it resumed it: it was edited")
     nested = link.get("nestedIn")
     if isinstance(nested, dict):
-        parent = idx.runs.get(nested.get("runId"))
+        parent = idx.runs.get(str(nested.get("runId")))
         parent_link = parent.get("link") if parent else None
         if parent is None:
             notes.append(f"nested in {nested.get('runId')}, which is not on disk")
@@ -111,9 +112,9 @@ def verify_run(idx: RunIndex, run_id: str) -> RunVerdict:
                     for name in map(chain.agent_chain, agent_numbers(d))]
         chained = next((r for r in results if r.status != "unchained"), None)
         if chained is not None:
-            brk = Break(idx.rel(d / "run.json"), 1, f"the run has no link but {chained.name} is chained: "
-                                                       f"run.json was edited")
-            return RunVerdict(run_id, "broken", results, brk, notes)
+            edited = Break(idx.rel(d / "run.json"), 1, f"the run has no link but {chained.name} is chained: "
+                                                          f"run.json was edited")
+            return RunVerdict(run_id, "broken", results, edited, notes)
         return RunVerdict(run_id, "unchained", results, None, ["written before hash chains: nothing to verify"])
 
     brk = _end_break(idx, d, run, end, link) if end is not None else None
@@ -162,7 +163,7 @@ def verify_run(idx: RunIndex, run_id: str) -> RunVerdict:
 
 def _files_break(idx: RunIndex, d: Path, end: Any, results: list[ChainResult]) -> Break | None:
     if isinstance(end, dict):
-        files = end.get("files") if isinstance(end.get("files"), dict) else {}
+        files = object_at(end, "files")
         for name, want in sorted(files.items()):
             brk = _file_break(idx, d, name, want, "the run's end record")
             if brk:
@@ -171,7 +172,7 @@ def _files_break(idx: RunIndex, d: Path, end: Any, results: list[ChainResult]) -
         if not r.name.startswith("agents/") or r.last is None:
             continue
         rec = json.loads((d / r.name).read_bytes())
-        files = rec.get("files") if isinstance(rec.get("files"), dict) else {}
+        files = object_at(rec, "files")
         for name, want in sorted(files.items()):
             brk = _file_break(idx, d / Path(r.name).parent, name, want, r.name)
             if brk:

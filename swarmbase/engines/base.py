@@ -7,15 +7,18 @@ owns caps, budgets, records and the journal around them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import attrs
 
 from .. import json_depth
 from ..launch.egress import Endpoint, endpoints
 from ..launch.spec import Launcher
-from ..prices import Tokens
+from ..prices import PriceRow, Tokens
 from .verdict import Verdict
+
+if TYPE_CHECKING:
+    from ..config import Caller
 
 
 @attrs.define
@@ -55,10 +58,6 @@ class AgentJob:
     state_dirs: tuple[str, ...] = ()
     cwd_roots: tuple[str, ...] = ()
     caller_paths: tuple[str, ...] = ()
-
-    def launch_checks(self) -> dict[str, tuple[str, ...]]:
-        """The LaunchSpec fields that carry them."""
-        return {"state_dirs": self.state_dirs, "cwd_roots": self.cwd_roots, "caller_paths": self.caller_paths}
     network: tuple[str, ...] = ()             # the caller's `network` entries (write agents may reach them)
 
     def egress(self, model_api: Endpoint, profile: str | None = None) -> tuple[Endpoint, ...]:
@@ -81,10 +80,62 @@ class AgentIO:
     started: Callable[[Mapping[str, Any]], None] = lambda where: None
 
 
+class SchemaRefused(ValueError):
+    """An agent's schema this engine cannot use; the message says why (the script gets it)."""
+
+
+# The engines (by name) whose agents keep a token budget (Engine.token_budget), so an
+# agent() asking maxTokens of another engine is told which, even when none is configured.
+TOKEN_BUDGETED = ("codex",)
+
+
 class Engine(Protocol):
-    name: str
+    """One agent CLI: what the agent service asks of it, so nothing above this seam
+    names an engine (no `if engine == "codex"` in runs/)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def max_schema_bytes(self) -> int:
+        """The largest opts.schema (JSON bytes) the engine can hand its CLI."""
+
+    @property
+    def cli_default_model(self) -> str | None:
+        """The model its CLI uses when none is named (checked against the caller's models)."""
+
+    @property
+    def local_only(self) -> str | None:
+        """Why its agents must run on this machine (None: any placement)."""
+
+    def default_model(self, caller: Caller, run_model: str | None, phase_model: str | None) -> str | None:
+        """The model an agent gets when its call names none (None: the CLI's own default)."""
+
+    def token_budget(self, asked: int | None) -> int | None:
+        """The tokens an agent reserves from the run's token budget (`asked`: its
+        maxTokens); None when the engine keeps no token budget (USD only)."""
+
+    def prepare_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The schema as the CLI needs it; SchemaRefused when it cannot be used."""
+
+    def price(self, model: str | None) -> PriceRow | None:
+        """The price row for a model (None: unpriced, the agent counts $0)."""
 
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict: ...
+
+
+class EngineBase:
+    """What an engine is unless it says otherwise: its CLI has no default model of its
+    own worth checking, any placement can run it, it keeps no token budget and takes a
+    schema as it is."""
+    cli_default_model: str | None = None
+    local_only: str | None = None
+
+    def token_budget(self, asked: int | None) -> int | None:
+        return None
+
+    def prepare_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        return schema
 
 
 def _no_constants(name: str) -> Any:

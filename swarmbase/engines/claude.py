@@ -22,6 +22,7 @@ from typing import Any, Mapping
 import attrs
 import jsonschema
 
+from ..jsonvalue import list_at, object_at
 from .. import json_depth
 from ..prices import Tokens
 from .base import TOO_DEEP
@@ -183,7 +184,7 @@ class StreamState:
         elif t == "system" and event.get("subtype") == "init":
             self.model = event.get("model") if isinstance(event.get("model"), str) else self.model
         elif t == "assistant":
-            msg = event.get("message") if isinstance(event.get("message"), dict) else {}
+            msg = object_at(event, "message")
             if event.get("is_api_error_message") or event.get("error"):
                 self.api_errors.append(str(event.get("error") or "api error"))
             mid = msg.get("id")
@@ -202,16 +203,16 @@ class StreamState:
         kind = ev.get("type")
         if kind == "message_start":
             self._close_current()
-            msg = ev.get("message") if isinstance(ev.get("message"), dict) else {}
+            msg = object_at(ev, "message")
             self.current = _usage_tokens(msg.get("usage") or {})
             self.current_chars = 0
         elif kind == "content_block_delta" and self.current is not None:
-            delta = ev.get("delta") if isinstance(ev.get("delta"), dict) else {}
+            delta = object_at(ev, "delta")
             for k in ("text", "partial_json", "thinking"):
                 if isinstance(delta.get(k), str):
                     self.current_chars += len(delta[k])
         elif kind == "message_delta" and self.current is not None:
-            usage = ev.get("usage") if isinstance(ev.get("usage"), dict) else {}
+            usage = object_at(ev, "usage")
             out = usage.get("output_tokens")
             if isinstance(out, int) and not isinstance(out, bool):
                 self.current = attrs.evolve(self.current, output=out)
@@ -277,7 +278,7 @@ def judge(state: StreamState, schema: dict[str, Any] | None) -> Verdict:
         cost = None          # a zero cost with real usage is a parsing gap, not free work
     exact = result_tokens(r) is not None
     if r.get("is_error"):
-        errors = r.get("errors") if isinstance(r.get("errors"), list) else []
+        errors = list_at(r, "errors")
         reason = r.get("terminal_reason") or r.get("subtype") or "error"
         detail = "; ".join(str(e) for e in errors) or str(r.get("result") or "")
         status = r.get("api_error_status")

@@ -14,24 +14,35 @@ from typing import Mapping
 
 import attrs
 
+
 from .. import prices
-from ..config import Config
+from ..config import Caller, Config
 from ..launch.egress import ANTHROPIC_API, url_endpoint
 from ..launch.spec import AGENT_DIR, LaunchSpec
-from ..sandbox import interpreter_paths
+from ..launch.sandbox import interpreter_paths
 from . import claude
-from .base import AgentIO, AgentJob, parse_json_line, spawn_failure
+from .base import AgentIO, AgentJob, EngineBase, parse_json_line, spawn_failure
 from .verdict import Verdict
 
 SCHEMA_ARG_LIMIT = 64 * 1024      # --json-schema takes inline JSON only (verified on 2.1.328)
+CLI_DEFAULT_MODEL = "claude-opus-5-5"  # what `claude -p` uses without --model (notes: 2.1.x)
 
 
-class ClaudeEngine:
+class ClaudeEngine(EngineBase):
     name = "claude"
+    max_schema_bytes = SCHEMA_ARG_LIMIT
+    cli_default_model = CLI_DEFAULT_MODEL
 
     def __init__(self, cfg: Config, parent_env: Mapping[str, str] | None = None) -> None:
         self.cfg = cfg
         self.parent_env = dict(os.environ if parent_env is None else parent_env)
+
+    def default_model(self, caller: Caller, run_model: str | None, phase_model: str | None) -> str | None:
+        """A declared phase's model (meta.phases[].model), else the run's, else the caller's."""
+        return phase_model or run_model or caller.defaultModels.claude
+
+    def price(self, model: str | None) -> prices.PriceRow | None:
+        return prices.row_for(model, self.cfg.prices)
 
     def spec(self, job: AgentJob) -> LaunchSpec:
         engine = self.cfg.engines.claude
@@ -49,7 +60,8 @@ class ClaudeEngine:
                           read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
                           write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,
                           egress=job.egress(url_endpoint(engine.baseUrl or ANTHROPIC_API)),
-                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, **job.launch_checks(),
+                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, state_dirs=job.state_dirs,
+                          cwd_roots=job.cwd_roots, caller_paths=job.caller_paths,
                           record={"runId": job.run_id, "n": job.n, "engine": "claude"})
 
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict:
@@ -57,7 +69,7 @@ class ClaudeEngine:
         assert engine is not None
         if not os.access(engine.bin, os.X_OK):
             return spawn_failure("claude", engine.bin, "the executable is missing (engines.claude.bin)")
-        row = prices.row_for(job.model, self.cfg.prices)
+        row = self.price(job.model)
         state = claude.StreamState()
         io.usage.priced = row is not None
 

@@ -14,20 +14,24 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, Callable, Mapping, Sequence
 
 import trio
 
 from .. import prices
-from ..config import Config
+from ..config import Caller, Config
 from ..launch.egress import url_endpoint
 from ..launch.spec import AGENT_DIR, LaunchSpec
 from ..prices import Tokens
-from ..sandbox import interpreter_paths
+from ..launch.sandbox import interpreter_paths
 from . import codex, framing
-from .base import AgentIO, AgentJob, parse_json_line, spawn_failure
+from .base import AgentIO, AgentJob, EngineBase, parse_json_line, spawn_failure
 from .meter import Meter, MeterAgent
+from .strict_schema import strict
 from .verdict import Verdict
+
+MAX_SCHEMA_BYTES = 1024 * 1024     # the schema is a file in the agent's private dir
 
 
 def effective_profile(profile: str, confined: bool, max_profile: str) -> str:
@@ -38,8 +42,10 @@ def effective_profile(profile: str, confined: bool, max_profile: str) -> str:
     return profile
 
 
-class CodexEngine:
+class CodexEngine(EngineBase):
     name = "codex"
+    max_schema_bytes = MAX_SCHEMA_BYTES
+    local_only = "a codex agent's requests go through the daemon's usage meter on loopback"
 
     def __init__(self, cfg: Config, meter: Meter, deny: Callable[[], Sequence[str]],
                  parent_env: Mapping[str, str] | None = None) -> None:
@@ -48,6 +54,24 @@ class CodexEngine:
         self.deny = deny                      # the maintained deny list (used without the sandbox)
         self.parent_env = dict(os.environ if parent_env is None else parent_env)
         self.node = shutil.which("node")
+
+    def default_model(self, caller: Caller, run_model: str | None, phase_model: str | None) -> str | None:
+        """The caller's codex model, else the engine's (a run's model and phases' models are
+        Claude models)."""
+        cx = self.cfg.engines.codex
+        return caller.defaultModels.codex or (cx.defaultModel if cx else None)
+
+    def token_budget(self, asked: int | None) -> int | None:
+        cx = self.cfg.engines.codex
+        assert cx is not None
+        return min(asked or cx.maxTokensDefault, cx.maxTokensMax)
+
+    def prepare_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """OpenAI's strict structured outputs (StrictSchemaError, a SchemaRefused, if it cannot be)."""
+        return strict(schema)
+
+    def price(self, model: str | None) -> prices.PriceRow | None:
+        return prices.row_for(model, self.cfg.prices, engine="codex")
 
     def spec(self, job: AgentJob, bearer: str, profile: str, confined: bool) -> LaunchSpec:
         engine = self.cfg.engines.codex
@@ -69,7 +93,8 @@ class CodexEngine:
                           files=files, dirs=("home", "tmp", "codex-home"), stdin_file="prompt.txt",
                           read=tuple(read), write=(job.cwd, *job.extra_write) if profile == "write" else (),
                           network=True, egress=job.egress(url_endpoint(self.meter.url), profile),
-                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, **job.launch_checks(), nesting=True,
+                          idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, state_dirs=job.state_dirs,
+                          cwd_roots=job.cwd_roots, caller_paths=job.caller_paths, nesting=True,
                           record={"runId": job.run_id, "n": job.n, "engine": "codex"})
 
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict:
@@ -77,9 +102,9 @@ class CodexEngine:
         assert engine is not None and engine.baseUrl
         if not os.access(engine.bin, os.X_OK):
             return spawn_failure("codex", engine.bin, "the executable is missing (engines.codex.bin)")
-        confined = bool(getattr(io.launcher, "confined", False))
+        confined = io.launcher.confined
         profile = effective_profile(job.profile, confined, job.caller_max_profile)
-        price = prices.row_for(job.model, self.cfg.prices, engine="codex")
+        price = self.price(job.model)
         io.usage.priced = price is not None
         stop: list[str] = []
         kill_scope = trio.CancelScope()
@@ -121,18 +146,18 @@ class CodexEngine:
             io.usage.exact = stream.completed and not magent.estimated and not cut.total
         if res is not None and res.spawn_error:
             return spawn_failure("codex", engine.bin, res.spawn_error)
-        common = dict(cost_usd=io.usage.cost_usd, tokens=io.usage.tokens, tokens_exact=io.usage.exact,
-                      exit_code=res.exit_code if res else None)
+        verdict = partial(Verdict, cost_usd=io.usage.cost_usd, tokens=io.usage.tokens, tokens_exact=io.usage.exact,
+                          exit_code=res.exit_code if res else None)
         if stop:
-            return Verdict(ok=False, error=stop[0], **common)
+            return verdict(ok=False, error=stop[0])
         if res is not None and res.idle_timeout:
-            return Verdict(ok=False, error=(f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); "
-                                            "the agent was killed"), **common)
+            return verdict(ok=False, error=(f"no output for {self.cfg.agentIdleTimeoutMs} ms (idle watchdog); "
+                                            "the agent was killed"))
         v = codex.judge(stream, job.schema)
         error = v.error
         if not v.ok and magent.error:
             error = f"{v.error} ({magent.error})"
-        return Verdict(ok=v.ok, value=v.value, error=error, text=v.text, schema_error=v.schema_error, **common)
+        return verdict(ok=v.ok, value=v.value, error=error, text=v.text, schema_error=v.schema_error)
 
 
 def settled_tokens(magent: MeterAgent, stream: codex.CodexStream) -> Tokens:

@@ -339,7 +339,9 @@ class Meter:
                         out_chars += max(0, len(whole) - DELTA_OVERHEAD)
                         continue
                     data = event_data(whole) if whole is not None else None
-                    kind = data.get("type") if isinstance(data, dict) else None
+                    if not isinstance(data, dict):
+                        data = {}               # not an event: nothing below matches it
+                    kind = data.get("type")
                     if kind == "response.output_text.delta" and isinstance(data.get("delta"), str):
                         out_chars += len(data["delta"])
                     elif kind in ("response.completed", "response.incomplete", "response.failed"):

@@ -11,8 +11,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from .base import SchemaRefused
 
-class StrictSchemaError(ValueError):
+
+class StrictSchemaError(SchemaRefused):
     pass
 
 

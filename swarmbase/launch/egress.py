@@ -215,7 +215,7 @@ class Relay:
         try:
             with self._accepting:
                 async with trio.open_nursery() as n:
-                    for door, lsock in zip(self.doors, listeners):
+                    for door, lsock in zip(self.doors, listeners, strict=False):
                         n.start_soon(self._accept, door, lsock, nursery)
         finally:
             for s in listeners:

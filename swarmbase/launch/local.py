@@ -27,12 +27,12 @@ import attrs
 import trio
 
 from .. import fsutil, identity, seccomp
-from ..procs import LineReader, group_process
-from ..sandbox import Confinement, HostLayout, inside_path, wrap
-from ..spawn import Child, on_spawner
+from .procs import LineReader, group_process
+from .sandbox import Confinement, HostLayout, inside_path, wrap
+from .spawn import Child, on_spawner
 from .netns import Namespace, relaying, thread_can_unshare
 from .pins import Pinned, pin
-from .spec import LaunchSpec, OnLine, ProcResult, Started, placed
+from .spec import LauncherBase, LaunchSpec, OnLine, ProcResult, Started, placed
 
 log = logging.getLogger("swarmbase.launch")
 
@@ -43,7 +43,7 @@ class SandboxUnavailable(Exception):
     """The host cannot run children in the sandbox; the message says why and what to do."""
 
 
-class LocalLauncher:
+class LocalLauncher(LauncherBase):
     def __init__(self, *, mode: str, homes: Path, procs: Path, forbidden: Sequence[Path] = (),
                  layout: HostLayout | None = None, sandbox_user: str | None = None,
                  netns_kind: str | None = None) -> None:
@@ -158,7 +158,7 @@ class LocalLauncher:
             command = wrap(self.mode, self.layout, conf, argv)
             stdin_file = None
             if spec.stdin_file is not None and private is not None:
-                stdin_file = open(private / spec.stdin_file, "rb")
+                stdin_file = await trio.to_thread.run_sync(open, private / spec.stdin_file, "rb")
                 stdin = stdin_file.fileno()
             try:
                 # Under the sandbox bwrap's --chdir places the child; bwrap itself starts in /.
@@ -198,7 +198,7 @@ class LocalLauncher:
                 await _pump(proc, on_line, spec.idle_timeout, res)
             res.exit_code = proc.returncode
         except OSError as e:
-            res.spawn_error = f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None) else "")
+            res.spawn_error = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
         return res
 
 

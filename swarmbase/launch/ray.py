@@ -39,7 +39,7 @@ from .local import REAP_AFTER_FINAL_S
 from .ray_stream import Ended, TaskStream
 from .ray_nodes import PlacementError
 from .ray_watch import NODES_TIMEOUT_S, NodeWatcher
-from .spec import AGENT_DIR, LaunchSpec, OnLine, ProcResult, Started
+from .spec import AGENT_DIR, LauncherBase, LaunchSpec, OnLine, ProcResult, Started
 
 log = logging.getLogger("swarmbase.launch.ray")
 
@@ -65,7 +65,7 @@ def daemon_owner(state_dir: Path) -> str:
     return value
 
 
-class RayLauncher(NodeWatcher):
+class RayLauncher(NodeWatcher, LauncherBase):
     initial_state = "waiting-node"      # until the node says the CLI started
 
     def __init__(self, cfg: Config) -> None:
@@ -131,7 +131,8 @@ class RayLauncher(NodeWatcher):
         call at a time is in flight, whoever waits for it."""
         ray = await self.connect()
         if self._nodes_call is None:
-            self._nodes_call = call = (trio.Event(), {})
+            call: tuple[trio.Event, dict[str, Any]] = (trio.Event(), {})
+            self._nodes_call = call
 
             async def ask() -> None:
                 try:

@@ -1,4 +1,5 @@
-"""What an engine asks a launcher to run, and what comes back. Pure data.
+"""What an engine asks a launcher to run, what comes back, and what a launcher offers
+(the Launcher and ProcessOpener protocols, and the placements by name).
 
 An engine never knows where or how its process runs: it names the program, its
 environment, the files it needs written into a private dir before it starts, the host
@@ -10,12 +11,19 @@ a node-local path on Ray).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol
+import os
+import subprocess
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
 
 import attrs
 
-from ..spawn import Limits
 from .egress import Endpoint
+from .spawn import Child, Limits
+
+if TYPE_CHECKING:
+    from ..identity import SandboxUser
 
 AGENT_DIR = "@AGENT_DIR@"
 
@@ -66,7 +74,78 @@ Started = Callable[[Mapping[str, Any]], None]  # where it runs: {"pgid", "node"?
 
 
 class Launcher(Protocol):
-    async def run(self, spec: LaunchSpec, on_line: OnLine, started: Started | None = None) -> ProcResult: ...
+    """What every placement offers (this machine, a Ray cluster)."""
+
+    @property
+    def initial_state(self) -> str:
+        """An agent's state from when it holds its slots until its CLI starts: "running",
+        or "waiting-node" (it calls `started` once placed)."""
+
+    @property
+    def confined(self) -> bool:
+        """Whether its processes see only what they asked for (engines may skip deny-lists)."""
+
+    @property
+    def spawned(self) -> int:
+        """Processes it started since boot (for benches and tests)."""
+
+    async def run(self, spec: LaunchSpec, on_line: OnLine, started: Started | None = None) -> ProcResult:
+        """Run until the final event, the leader's exit, or the idle watchdog; cancelling
+        the caller kills the process (its whole group)."""
+
+
+class LauncherBase:
+    """What a launcher is unless it says otherwise: its agents are running once they hold
+    their slots, its processes are not confined, it has counted none."""
+    initial_state = "running"
+    spawned = 0
+
+    @property
+    def confined(self) -> bool:
+        return False
+
+
+class ProcessOpener(Protocol):
+    """The local launcher's other side: a process on this machine with the pipes asked
+    for (a script runner, sandboxed git), its process records, and handing the daemon's
+    own dirs to the user its children run as."""
+
+    @property
+    def procs(self) -> Path:
+        """Where its process records are (one per live group, for the boot reaper)."""
+
+    @property
+    def user(self) -> SandboxUser | None:
+        """Who its children run as (None: the daemon's own user)."""
+
+    def open(self, spec: LaunchSpec, *, stdin: int | None = None, stdout: int | None = subprocess.PIPE,
+             stderr: int | None = None, grace: float = 1.0) -> AbstractAsyncContextManager[Child]:
+        """The process, killed as a group when the context ends."""
+
+    def adopt(self, path: str | os.PathLike[str]) -> None:
+        """Make a dir the daemon made for its children theirs."""
+
+
+class LocalPlacement(Launcher, ProcessOpener, Protocol):
+    """This machine's launcher: a placement that also opens processes."""
+
+
+class Placements(Mapping[str, Launcher]):
+    """Where agents may run, by placement name; "local" is always there and is also the
+    opener that runs script runners and worktree git."""
+
+    def __init__(self, local: LocalPlacement, **others: Launcher) -> None:
+        self.local = local
+        self._by_name: dict[str, Launcher] = {"local": local, **others}
+
+    def __getitem__(self, name: str) -> Launcher:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
 
 
 def substitute(value: str, agent_dir: str) -> str:

@@ -84,7 +84,7 @@ def declarations_for(version: Any, client_name: Any = None) -> Any:
 
 def _segment_match(pattern: str, path: str) -> bool:
     p, q = pattern.split("."), path.split(".")
-    return len(p) == len(q) and all(a == "*" or a == b for a, b in zip(p, q))
+    return len(p) == len(q) and all(a == "*" or a == b for a, b in zip(p, q, strict=True))
 
 
 def _set_selected(name: str, enabled: list[str] | None, disabled: list[str]) -> bool:

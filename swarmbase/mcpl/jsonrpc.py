@@ -132,7 +132,7 @@ def _refuse_scanned(obj: Any, found: tuple[list[Any], str] | str) -> Message:
     rid = obj.get("id") if isinstance(obj, dict) else None
     if not (rid is None or isinstance(rid, (str, int)) and not isinstance(rid, bool)):
         rid = None
-    if found == "too deep":
+    if isinstance(found, str):          # "too deep"
         return Invalid(RpcError(INVALID_REQUEST, f"invalid request: the message nests deeper than {MAX_DEPTH} levels"),
                        rid)
     parts, token = found

@@ -1,4 +1,4 @@
-"""One MCPL connection: handshake, grant, tools; notices go out through delivery.py.
+"""One MCPL connection: handshake, grant, tools; notices go out through notify/delivery.py.
 
 The read loop never blocks on our own requests: push/event answers come back through
 it and are matched to waiting senders by id. Notices are pushed only after a 0.5 host's
@@ -14,16 +14,18 @@ import hmac
 import logging
 import random
 import secrets
-from typing import Any, Protocol
+from typing import Any, Hashable, Protocol
 
 import trio
 
+from ..jsonvalue import object_at
 from .. import __version__
 from ..config import Caller, Config
-from ..outbox import Outbox
+from ..notify.delivery import Delivery
+from ..notify.outbox import Outbox
+from ..runs.observers import Observers
 from ..runs.supervisor import Supervisor
 from . import features, jsonrpc, selection, tool_docs, tools
-from .delivery import PUSH_TIMEOUT_S, Delivery  # noqa: F401  (PUSH_TIMEOUT_S re-exported)
 from .jsonrpc import Invalid, Notification, Request, Response, RpcError
 
 log = logging.getLogger("swarmbase.mcpl")
@@ -54,13 +56,15 @@ def caller_for_token(cfg: Config, token: str | None) -> Caller | None:
 
 
 class Hub:
-    """The live session of each caller; a new connection replaces the old one."""
+    """The live session of each caller (a new connection replaces the old one), the
+    daemon's log-once for what hosts answer, and who watches deliveries."""
 
-    def __init__(self) -> None:
+    def __init__(self, observers: Observers | None = None) -> None:
         self.sessions: dict[str, "Session"] = {}
-        self._reported: set[Any] = set()
+        self.observers = observers if observers is not None else Observers()
+        self._reported: set[Hashable] = set()
 
-    def first_report(self, key: Any) -> bool:
+    def first_report(self, key: Hashable) -> bool:
         """True the first time `key` is reported in this daemon's life (log-once across
         reconnects; bounded so a long life cannot grow it without end)."""
         if key in self._reported:
@@ -77,17 +81,16 @@ class Hub:
         if old is not None and old is not session:
             await old.close(CLOSE_REPLACED, "replaced by a newer connection of the same caller")
 
-    async def drain(self, timeout: float) -> None:
+    async def drain(self) -> None:
         """Shutdown: every connected host gets what is pending for it, and the answers to
-        pushes in flight are acknowledged, for at most `timeout` seconds (a host that does
+        pushes in flight are acknowledged (the daemon bounds the wait: a host that does
         not answer gets those notices again after the restart, with the same eventIds)."""
         deliveries = [s.delivery for s in self.sessions.values()]
         for d in deliveries:
             d.drain()
-        with trio.move_on_after(timeout):
-            for d in deliveries:
-                if d.running:
-                    await d.drained.wait()
+        for d in deliveries:
+            if d.running:
+                await d.drained.wait()
 
     def detach(self, session: "Session") -> None:
         if session.caller and self.sessions.get(session.caller.name) is session:
@@ -102,7 +105,7 @@ class Session:
         self.sup = sup
         self.outbox = outbox
         self.hub = hub
-        self.delivery = Delivery(self, rng or random.Random())
+        self.delivery = Delivery(self, outbox, hub.observers, hub.first_report, rng or random.Random())
         self.initialized = False
         self.mcpl_version: str | None = None   # None: a plain MCP client
         self.client_name: str | None = None
@@ -128,21 +131,31 @@ class Session:
         except Exception:  # the peer may already be gone
             pass
 
-    async def request(self, method: str, params: Any, timeout: float) -> Response:
+    async def request(self, method: str, params: Any) -> Response:
+        """A request to the host, and its answer (read by the read loop); the caller bounds
+        the wait."""
         rid = self._next_id
         self._next_id += 1
         send_ch, recv_ch = trio.open_memory_channel[Response](1)
         self._waiting[rid] = send_ch
         try:
             await self.send(jsonrpc.request(rid, method, params))
-            with trio.fail_after(timeout):
-                return await recv_ch.receive()
+            return await recv_ch.receive()
         finally:
             self._waiting.pop(rid, None)
 
+    # -- what delivery reads (notify/delivery.py PushPeer) ----------------------
+    @property
+    def caller_name(self) -> str:
+        assert self.caller is not None
+        return self.caller.name
+
+    @property
+    def can_push(self) -> bool:
+        return self.grant.can_push
+
     def _set_grant(self, grant: features.Grant) -> None:
         self.grant = grant
-        self.delivery.release_holds()
         ev, self.grant_changed = self.grant_changed, trio.Event()
         ev.set()
 
@@ -249,17 +262,17 @@ class Session:
                 raise RpcError(jsonrpc.INVALID_REQUEST, "invalid request: send initialize first")
             if m == "tools/list":
                 assert self.caller is not None
-                return {"tools": tool_docs.for_caller(tools.TOOLS, self.caller, self.sup.cfg)}
+                return {"tools": tool_docs.for_caller(tools.TOOLS, self.caller, self.sup.env.cfg)}
             assert self.caller is not None
             return tools.call(self.sup, self.caller, req.params)
         raise RpcError(jsonrpc.METHOD_NOT_FOUND, f"method not found: {m}")
 
     def _initialize(self, params: Any, nursery: trio.Nursery) -> dict[str, Any]:
         params = params if isinstance(params, dict) else {}
-        caps = params.get("capabilities") if isinstance(params.get("capabilities"), dict) else {}
-        exp = caps.get("experimental") if isinstance(caps.get("experimental"), dict) else {}
+        caps = object_at(params, "capabilities")
+        exp = object_at(caps, "experimental")
         mcpl = exp.get("mcpl")
-        info = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
+        info = object_at(params, "clientInfo")
         self.client_name = info.get("name") if isinstance(info.get("name"), str) else None
         self.initialized = True
         result: dict[str, Any] = {

@@ -8,7 +8,8 @@ from typing import Any, Callable
 
 import jsonschema
 
-from .. import data_frame, guide, progress_notice, script_meta, usage
+from .. import data_frame, guide, progress_notice, usage
+from ..script import meta as script_meta
 from ..config import Caller
 from ..runs import workflow_call, workflows
 from ..runs.model import STATUSES, TERMINAL
@@ -159,7 +160,7 @@ def _run(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
         raise RpcError(INVALID_PARAMS, "invalid params: arguments: give one of script, scriptPath, name or "
                                        "resumeFromRunId", {"path": "arguments"})
     try:
-        req = workflow_call.from_tool(a, caller, sup.cfg.state_dir)
+        req = workflow_call.from_tool(a, caller, sup.env.cfg.state_dir)
         if req.resume_from is not None:
             run = sup.resume(caller, req.resume_from, req.params)
         else:
@@ -205,7 +206,7 @@ def _result(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any
     if run.status not in TERMINAL:
         raise ToolError(f"run {run.id} is still {run.status}; the result is there once it ends")
     try:
-        text = sup.store.result_text(run)
+        text = sup.env.store.result_text(run)
     except DamagedFile as e:
         raise ToolError(f"run {run.id}: {e}") from None
     if text is None:
@@ -246,7 +247,7 @@ def _guide(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]
 
 
 def _workflows(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
-    return {"workflows": workflows.listing(sup.cfg.state_dir, caller.name)}
+    return {"workflows": workflows.listing(sup.env.cfg.state_dir, caller.name)}
 
 
 def _save_workflow(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
@@ -255,7 +256,7 @@ def _save_workflow(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[s
     except script_meta.MetaError as e:
         raise ToolError(f"the workflow was not saved: {e}") from None
     try:
-        workflows.save(sup.cfg.state_dir, caller.name, a["name"], a["script"])
+        workflows.save(sup.env.cfg.state_dir, caller.name, a["name"], a["script"])
     except workflows.WorkflowError as e:     # e.g. "x\n": the schema's `$` (re.search) lets it by
         raise ToolError(f"name {a['name']!r}: {e}") from None
     except OSError as e:

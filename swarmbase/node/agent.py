@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..launch.ray_nodes import NAME_LABEL
-from ..sandbox import Confinement, HostLayout, inside_path, wrap
+from ..launch.sandbox import Confinement, HostLayout, inside_path, wrap
 from . import state, workspace
 from .guardian import Guarded
 

@@ -9,13 +9,15 @@ import fnmatch
 import json
 import math
 import os
-from typing import Any
+from typing import Mapping
 
 import attrs
 import jsonschema
 
-from ..config import ENGINES, PLACEMENTS, PROFILES, Caller, Config
+from ..config import DEFAULT_ENGINE, ENGINES, PLACEMENTS, PROFILES, Caller, Config
 from ..defaults import NO_ENGINE_FIX
+from ..engines.base import TOKEN_BUDGETED, Engine
+from ..jsonvalue import Json, JsonObject
 from . import journal
 from .model import Run
 
@@ -29,9 +31,6 @@ KNOWN = ("label", "phase", "schema", "model", "effort", "isolation", "agentType"
 # ones get at most the read profile here.
 AGENT_TYPES = {"general-purpose": None, "Explore": "read", "Plan": "read"}
 MAX_PROMPT_CHARS = 2_000_000
-MAX_SCHEMA_BYTES = {"claude": 64 * 1024,      # --json-schema takes inline JSON only: argv limits apply
-                    "codex": 1024 * 1024}     # a file in the agent's private dir
-CLAUDE_CLI_DEFAULT_MODEL = "claude-opus-5-5"  # what `claude -p` uses without --model (notes: 2.1.x)
 REFUSED_CWD_PREFIXES = ("/proc", "/sys", "/dev")
 
 
@@ -45,7 +44,7 @@ class AgentOptions:
     model: str | None
     effort: str | None
     profile: str
-    schema: dict[str, Any] | None
+    schema: JsonObject | None
     max_usd: float | None
     max_tokens: int | None
     cwd: str | None            # None: the run's work dir
@@ -62,7 +61,7 @@ class AgentOptions:
     def key_material(self, prompt: str, args_digest: str, workflow: str | None = None) -> str:
         """The content key of this call (before its occurrence index); a nested workflow's
         agents carry its path."""
-        extra: dict[str, Any] = {"isolation": self.isolation, "base": self.base} if self.isolation else {}
+        extra: JsonObject = {"isolation": self.isolation, "base": self.base} if self.isolation else {}
         if self.agent_type is not None:
             extra["agentType"] = self.agent_type
         return journal.base_key(engine=self.engine, model=self.model, profile=self.profile, effort=self.effort,
@@ -70,7 +69,7 @@ class AgentOptions:
                                 workflow=workflow, **extra)
 
 
-def _type(name: str, value: Any, kind: type | tuple[type, ...], what: str) -> None:
+def _type(name: str, value: Json, kind: type | tuple[type, ...], what: str) -> None:
     if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
         raise OptionError(f"agent(): opts.{name} must be {what}, got a boolean")
     if not isinstance(value, kind):
@@ -103,14 +102,7 @@ def model_allowed(model: str, patterns: list[str] | None) -> bool:
     return patterns is None or any(fnmatch.fnmatchcase(model, p) for p in patterns)
 
 
-def default_model(engine: str, run: Run, caller: Caller, cfg: Config) -> str | None:
-    if engine == "claude":
-        return run.model or caller.defaultModels.claude
-    cx = cfg.engines.codex
-    return caller.defaultModels.codex or (cx.defaultModel if cx else None)
-
-
-def unknown_option(what: str, name: Any, known: tuple[str, ...]) -> str:
+def unknown_option(what: str, name: Json, known: tuple[str, ...]) -> str:
     """The refusal of an unknown option, with a "did you mean" for a near miss."""
     text = str(name)[:100]
     near = difflib.get_close_matches(text, known, n=1, cutoff=0.6) or \
@@ -119,12 +111,14 @@ def unknown_option(what: str, name: Any, known: tuple[str, ...]) -> str:
     return f"{what}: unknown option {text!r}{hint} (known: {', '.join(known)})"
 
 
-def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Config, n: int,
-            default_timeout_ms: int, profile: str | None = None, phase_model: str | None = None) -> AgentOptions:
-    """`profile`: the calling script's profile (a nested workflow's may be lower than the
-    run's): the default for agents, and their ceiling besides the caller's maxProfile.
-    `phase_model`: the model the agent's declared phase names (meta.phases[].model), the
-    default before the run's."""
+def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config, n: int,
+            default_timeout_ms: int, engines: Mapping[str, Engine], profile: str | None = None,
+            phase_model: str | None = None) -> AgentOptions:
+    """`engines`: the daemon's engines by name (what each takes: schema size, models, token
+    budget, placements). `profile`: the calling script's profile (a nested workflow's may
+    be lower than the run's): the default for agents, and their ceiling besides the
+    caller's maxProfile. `phase_model`: the model the agent's declared phase names
+    (meta.phases[].model), the default before the run's for an engine that takes it."""
     if not isinstance(prompt, str) or not prompt:
         raise OptionError("agent(): the prompt must be a non-empty string")
     if len(prompt) > MAX_PROMPT_CHARS:
@@ -132,8 +126,8 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     unknown = [k for k in opts if k not in KNOWN]
     if unknown:
         raise OptionError(unknown_option("agent()", unknown[0], KNOWN))
-    engine = opts.get("engine", "claude")
-    if all(getattr(cfg.engines, e) is None for e in ENGINES):
+    engine = opts.get("engine", DEFAULT_ENGINE)
+    if not any(cfg.engines.configured(e) for e in ENGINES):
         # Said first: "engine 'claude' is not allowed (allowed: none)" sent people to the
         # caller's list when the daemon has no agent CLI at all.
         raise OptionError(f"agent(): no agent CLI was found on this daemon; {NO_ENGINE_FIX}")
@@ -142,18 +136,20 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     if engine not in (caller.engines or []):
         raise OptionError(f"agent(): engine {engine!r} is not allowed for caller {caller.name!r} "
                           f"(allowed: {', '.join(caller.engines or []) or 'none'})")
-    if getattr(cfg.engines, engine) is None:
+    if not cfg.engines.configured(engine) or engine not in engines:
         raise OptionError(f"agent(): engine {engine!r} is not configured on this daemon")
+    eng = engines[engine]
     model = opts.get("model")
     if model is not None:
         _type("model", model, str, "a string")
         if not model or len(model) > 200:
             raise OptionError("agent(): opts.model must be 1-200 characters")
     else:
-        model = (phase_model if engine == "claude" else None) or default_model(engine, run, caller, cfg)
-    allowed = getattr(caller.models, engine)
-    if not model_allowed(model or CLAUDE_CLI_DEFAULT_MODEL, allowed):
-        raise OptionError(f"agent(): model {(model or CLAUDE_CLI_DEFAULT_MODEL)!r} is not allowed for caller "
+        model = eng.default_model(caller, run.model, phase_model)
+    allowed = caller.models.for_engine(engine)
+    shown = model or eng.cli_default_model or ""
+    if not model_allowed(shown, allowed):
+        raise OptionError(f"agent(): model {shown!r} is not allowed for caller "
                           f"{caller.name!r} on {engine} (allowed: {', '.join(allowed or [])})")
     effort = opts.get("effort", run.effort)
     if effort is not None and effort not in EFFORTS:
@@ -184,9 +180,9 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     if schema is not None:
         _type("schema", schema, dict, "a JSON Schema object")
         size = len(json.dumps(schema))
-        if size > MAX_SCHEMA_BYTES[engine]:
+        if size > eng.max_schema_bytes:
             raise OptionError(f"agent(): opts.schema is {size:,} bytes; the {engine} engine takes at most "
-                              f"{MAX_SCHEMA_BYTES[engine]:,}")
+                              f"{eng.max_schema_bytes:,}")
         try:
             jsonschema.Draft202012Validator.check_schema(schema)
         except jsonschema.SchemaError as e:
@@ -201,8 +197,8 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
             raise OptionError(f"agent(): opts.maxUsd must be above 0, got {max_usd}")
     max_tokens = opts.get("maxTokens")
     if max_tokens is not None:
-        if engine != "codex":
-            raise OptionError("agent(): opts.maxTokens applies to codex agents only")
+        if eng.token_budget(None) is None:
+            raise OptionError(f"agent(): opts.maxTokens applies to {' and '.join(TOKEN_BUDGETED)} agents only")
         _type("maxTokens", max_tokens, int, "a whole number")
         if max_tokens <= 0:
             raise OptionError(f"agent(): opts.maxTokens must be above 0, got {max_tokens}")
@@ -242,7 +238,7 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
     _type("schemaRetries", retries, int, "a whole number")
     if not 0 <= retries <= 3:
         raise OptionError(f"agent(): opts.schemaRetries must be between 0 and 3, got {retries}")
-    placement = _placement(opts, engine, cwd, caller, cfg)
+    placement = _placement(opts, engine, engines, cwd, caller, cfg)
     return AgentOptions(engine=engine, model=model, effort=effort, profile=profile, schema=schema,
                         max_usd=float(max_usd) if max_usd is not None else None, max_tokens=max_tokens,
                         cwd=cwd, label=label[:200], timeout_ms=timeout_ms, isolation=isolation, base=base,
@@ -250,7 +246,7 @@ def resolve(prompt: str, opts: dict[str, Any], run: Run, caller: Caller, cfg: Co
                         agent_type=agent_type)
 
 
-def object_root(schema: dict[str, Any]) -> None:
+def object_root(schema: JsonObject) -> None:
     """Claude Code's rule: a schema's root is {type: 'object', properties: {...}} and its
     `required` names only listed properties (the StructuredOutput tool takes an object);
     anything else is refused before an agent starts and spends anything."""
@@ -268,12 +264,14 @@ def object_root(schema: dict[str, Any]) -> None:
                               "which is not in its properties. The agent was not started")
 
 
-def _placement(opts: dict[str, Any], engine: str, cwd: str | None, caller: Caller, cfg: Config) -> str:
+def _placement(opts: JsonObject, engine: str, engines: Mapping[str, Engine], cwd: str | None, caller: Caller,
+               cfg: Config) -> str:
     allowed = caller.placements or ["local"]
+    local_only = engines[engine].local_only
     if "placement" not in opts:
         chosen = cfg.default_placement(caller)
         # The default never sends an agent where it cannot run (codex stays on this machine).
-        return "local" if chosen == "ray" and engine != "claude" and "local" in allowed else chosen
+        return "local" if chosen != "local" and local_only and "local" in allowed else chosen
     placement = opts["placement"]
     if placement not in PLACEMENTS:
         raise OptionError(f"agent(): opts.placement must be one of {', '.join(PLACEMENTS)}, got {str(placement)[:50]!r}")
@@ -284,9 +282,9 @@ def _placement(opts: dict[str, Any], engine: str, cwd: str | None, caller: Calle
     if placement == "ray":
         if ray is None:
             raise OptionError("agent(): placement 'ray' is not configured on this daemon (placement.ray)")
-        if engine != "claude":
-            raise OptionError("agent(): placement 'ray' runs claude agents only (a codex agent's requests go "
-                              "through the daemon's usage meter on loopback)")
+        if local_only:
+            anywhere = [name for name, e in engines.items() if not e.local_only]
+            raise OptionError(f"agent(): placement 'ray' runs {' and '.join(anywhere)} agents only ({local_only})")
         if cwd is not None and not any(cwd == r or cwd.startswith(r.rstrip("/") + "/") for r in ray.sharedRoots):
             raise OptionError(f"agent(): opts.cwd {cwd[:200]!r} is not under placement.ray.sharedRoots; an agent "
                               "placed on Ray needs a cwd every node mounts at the same path")

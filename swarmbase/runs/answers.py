@@ -4,10 +4,11 @@ record, verdict and streamed usage (agents.py does the waiting, launching and I/
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from ..engines.base import LiveUsage
 from ..engines.verdict import Verdict
+from ..jsonvalue import Json
 from ..prices import Tokens
 from .records import AgentRecord
 
@@ -41,8 +42,8 @@ def workflow_stop(cancelled: Mapping[str, str], path: str) -> tuple[str, str] | 
     return None
 
 
-def answer(detail: bool, rec: AgentRecord, redact: Callable[[str], str], value: Any,
-           verdict: Verdict | None) -> Any:
+def answer(detail: bool, rec: AgentRecord, redact: Callable[[str], str], value: Json,
+           verdict: Verdict | None) -> Json:
     """The value agent() resolves to: the value, or with `detail` the whole outcome."""
     if not detail:
         return value
@@ -54,7 +55,7 @@ def answer(detail: bool, rec: AgentRecord, redact: Callable[[str], str], value: 
             "n": rec.n, "replayed": False, **({"worktree": rec.branch} if rec.branch else {})}
 
 
-def replayed(detail: bool, n: int, value: Any, worktree: str | None) -> Any:
+def replayed(detail: bool, n: int, value: Json, worktree: str | None) -> Json:
     """A journaled success answered again on resume: free, marked replayed."""
     if not detail:
         return value

@@ -14,34 +14,39 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from .. import fsutil, notices
+import attrs
+
+from .. import fsutil
 from ..audit.rundirs import agent_files, chains_from_disk, end_files
+from ..audit.seal import RunChains
+from ..jsonvalue import JsonObject
+from ..launch.procs import reap_recorded_groups
+from ..notify import notices
 from ..prices import Tokens
-from ..procs import reap_recorded_groups
 from . import journal as journal_mod
+from .env import RunEnv
 from .model import TERMINAL, Run
 from .records import ENDED, AgentRecord, finished
-from .store import DamagedFile
-
-if TYPE_CHECKING:
-    from .supervisor import Supervisor
+from .store import DamagedFile, RunStore
 
 log = logging.getLogger("swarmbase.boot")
 
 INTERRUPTED = "the daemon stopped while the run was in flight"
 
 
-def report_damage(sup: "Supervisor", path: Path, fault: str) -> None:
-    sup.store.report_damage(path, fault)
+@attrs.frozen
+class Recovered:
+    """What boot found: every readable run by id, and those it marked interrupted."""
+    runs: dict[str, Run]
+    interrupted: list[Run]
 
 
-def recover(sup: "Supervisor") -> list[Run]:
-    cfg = sup.cfg
+def recover(env: RunEnv) -> Recovered:
+    cfg, store = env.cfg, env.store
     killed, unreadable = reap_recorded_groups(cfg.state_dir / "procs")
     for rec in unreadable:
-        report_damage(sup, rec, "process record is not valid JSON")
+        store.report_damage(rec, "process record is not valid JSON")
     if killed:
         log.warning("reaped %d process groups left by an unclean stop", len(killed))
     # Throwaway private dirs of agents and runners that did not end cleanly.
@@ -49,89 +54,91 @@ def recover(sup: "Supervisor") -> list[Run]:
     if homes.is_dir():
         for child in homes.iterdir():
             shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+    runs: dict[str, Run] = {}
     interrupted = []
     renotified = []
-    for run in sup.store.load_all(lambda path, fault: report_damage(sup, path, fault)):
-        sup.runs[run.id] = run
+    for run in store.load_all(store.report_damage):
+        runs[run.id] = run
         if not run.active:
-            _stamp_end_notice(sup, run)
+            _stamp_end_notice(env, run)
         if run.active:
-            _interrupt(sup, run)
+            _interrupt(env, run)
             if run.status == "interrupted":
                 interrupted.append(run)
-        elif sup.outbox.lost_at_load(notices.event_id(run.id), run.notice_ref):
-            _notify_again(sup, run)
+        elif env.outbox.lost_at_load(notices.event_id(run.id), run.notice_ref):
+            _notify_again(env, run)
             renotified.append(run.id)
-        if not sup.keeps_work(run):
-            sup.store.delete_work(run)
-    sup.outbox.boot_done()
+        if not env.keeps_work(run):
+            store.delete_work(run)
+    env.outbox.boot_done()
     if renotified:
         log.warning("queued the end notice of %d run(s) again: outbox.jsonl had lost it (a torn or damaged "
                     "line): %s", len(renotified), ", ".join(renotified[:20]) + (" …" if len(renotified) > 20 else ""))
-    _link_resumes(sup)
-    return interrupted
+    _link_resumes(runs)
+    return Recovered(runs=runs, interrupted=interrupted)
 
 
-def _notify_again(sup: "Supervisor", run: Run) -> None:
+def _notify_again(env: RunEnv, run: Run) -> None:
     """An ended run whose queued end notice the outbox log lost: the caller was never
     told, so the notice is built again from the record (same eventId, same text)."""
     preview = None
     if run.status == "completed":
         try:
-            preview = sup.store.result_text(run)
+            preview = env.store.result_text(run)
         except DamagedFile:
             preview = None
-    sup.outbox.add(run.caller, notices.build(run, preview, url=sup.run_url(run.id)))
+    env.outbox.add(run.caller, notices.build(run, preview, url=env.links.run(run.id)))
 
 
-def _interrupt(sup: "Supervisor", run: Run) -> None:
+def _interrupt(env: RunEnv, run: Run) -> None:
     """A run the dead daemon left in flight ends as interrupted — unless its end notice is
     already queued: then it had ended and only its final record was not written; the notice
     (the durable word on how it ended) completes the record."""
     now = time.time()
-    queued = sup.outbox.notice(notices.event_id(run.id))
+    store, outbox = env.store, env.outbox
+    queued = outbox.notice(notices.event_id(run.id))
     ended = next((t.split(":", 1)[1] for t in (queued or {}).get("tags", [])
                   if t.startswith("swarmbase:") and t.split(":", 1)[1] in TERMINAL), None)
-    d = sup.store.dir(run)
+    d = store.dir(run)
     chains = chains_from_disk(d, run.link) if run.link is not None else None
     if ended is not None:
         run.set_status(ended, now, reason="recorded at boot from its queued end notice")
-        run.notice_ref = sup.outbox.ref(notices.event_id(run.id))
+        run.notice_ref = outbox.ref(notices.event_id(run.id))
         try:
             if chains is not None:            # seal it as it is on disk
                 run.end = chains.end_record(run.to_json(), end_files(d))
-            sup.store.save(run)
+            store.save(run)
         except OSError as e:
             log.error("run %s: could not record its end: %s", run.id, e)
             return
-        _stamp_end_notice(sup, run)
+        _stamp_end_notice(env, run)
         return
     run.set_status("interrupted", now, reason=INTERRUPTED)
     run.error = f"interrupted: {INTERRUPTED}"
     try:
-        _interrupt_agents(sup, run, chains)
+        _interrupt_agents(store, run, chains)
     except (DamagedFile, OSError) as e:
         log.warning("run %s: could not mark its agents interrupted: %s", run.id, e)
     # The notice first, as a run's end is always recorded: a crash before the record is
     # saved leaves a queued notice, from which the next boot completes the record.
-    run.notice_ref = sup.outbox.add(run.caller, notices.build(run, None, url=sup.run_url(run.id)))
+    run.notice_ref = outbox.add(run.caller, notices.build(run, None, url=env.links.run(run.id)))
     try:
-        sup.store.append_log(run, f"run interrupted: {INTERRUPTED}", "error", chains)
+        store.append_log(run, f"run interrupted: {INTERRUPTED}", "error", chains)
         if chains is not None:            # seal what the dead daemon left, as it is on disk
             run.end = chains.end_record(run.to_json(), end_files(d))
-        sup.store.save(run)
+        store.save(run)
     except OSError as e:
         log.error("run %s: could not record the interruption: %s", run.id, e)
     # Once sealed, the queued notice gets the end-record hash (as a live run's does).
-    _stamp_end_notice(sup, run)
+    _stamp_end_notice(env, run)
 
 
-def _stamp_end_notice(sup: "Supervisor", run: Run) -> None:
+def _stamp_end_notice(env: RunEnv, run: Run) -> None:
     """An ended run whose end notice is still queued without its end-record hash (the old
     daemon died between writing the record and amending the notice, or the record was
     written at boot): the notice gets the hash before it is pushed."""
     eid = notices.event_id(run.id)
-    queued = sup.outbox.notice(eid)
+    queued = env.outbox.notice(eid)
     if queued is None or notices.end_hash_of(queued) is not None or not run.sealed:
         return
     try:
@@ -140,17 +147,17 @@ def _stamp_end_notice(sup: "Supervisor", run: Run) -> None:
         log.warning("run %s: its end notice goes out without the end-record hash: %s", run.id, e)
         return
     if end is not None:
-        sup.outbox.amend(eid, notices.with_end_hash(queued, end["hash"]))
+        env.outbox.amend(eid, notices.with_end_hash(queued, end["hash"]))
 
 
-def _interrupt_agents(sup: "Supervisor", run: Run, chains: Any = None) -> None:
+def _interrupt_agents(store: RunStore, run: Run, chains: RunChains | None = None) -> None:
     """Agents that were queued or running when the daemon died will never end: say so.
     One whose journal line was written finished: its final record (written after the
     journal line, on the run's flush) is completed from that line instead."""
-    agents_dir = sup.store.dir(run) / "agents"
-    journaled = _journaled(sup.store.dir(run) / "journal.jsonl", run.id)
+    agents_dir = store.dir(run) / "agents"
+    journaled = _journaled(store.dir(run) / "journal.jsonl", run.id)
     done = 0
-    rows: dict[int, dict[str, Any]] = {}
+    rows: dict[int, JsonObject] = {}
     if agents_dir.is_dir():
         for d in agents_dir.iterdir():
             try:
@@ -174,7 +181,7 @@ def _interrupt_agents(sup: "Supervisor", run: Run, chains: Any = None) -> None:
                 rows[rec.n] = rec.row()
             if finished(rec):             # it had finished before the daemon died
                 done += 1
-    phases = sup.store.phases(run)
+    phases = store.phases(run)
     for phase in phases:
         agents = phase.get("agents", [])
         for i, row in enumerate(agents):
@@ -182,11 +189,11 @@ def _interrupt_agents(sup: "Supervisor", run: Run, chains: Any = None) -> None:
                 agents[i] = rows[row["n"]]
             elif isinstance(row, dict) and row.get("state") not in ENDED:
                 row.update(state="interrupted", error=INTERRUPTED, endedAt=time.time())
-    sup.store.save_phases(run, phases, durable=True)
+    store.save_phases(run, phases, durable=True)
     run.agents_done = max(run.agents_done, done)
 
 
-def _journaled(path: Path, run_id: str) -> dict[int, dict[str, Any]]:
+def _journaled(path: Path, run_id: str) -> dict[int, JsonObject]:
     """This run's own journal lines by agent number (not lines carried from a resumed run)."""
     try:
         loaded = journal_mod.load(path)
@@ -196,8 +203,8 @@ def _journaled(path: Path, run_id: str) -> dict[int, dict[str, Any]]:
             if e.get("runId") == run_id and isinstance(e.get("n"), int) and e.get("state") in ENDED}
 
 
-def _finish_from_journal(rec: AgentRecord, entry: dict[str, Any]) -> None:
-    t: dict[str, Any] = entry["tokens"] if isinstance(entry.get("tokens"), dict) else {}
+def _finish_from_journal(rec: AgentRecord, entry: JsonObject) -> None:
+    t: JsonObject = entry["tokens"] if isinstance(entry.get("tokens"), dict) else {}
     rec.cost_usd = float(entry.get("costUsd") or 0.0)
     rec.cost_estimated = bool(entry.get("estimated"))
     rec.tokens = Tokens(input=int(t.get("input", 0)), output=int(t.get("output", 0)),
@@ -205,9 +212,9 @@ def _finish_from_journal(rec: AgentRecord, entry: dict[str, Any]) -> None:
     rec.set_state(str(entry["state"]), recordedAtBoot="from its journal line (the daemon died before its record)")
 
 
-def _link_resumes(sup: "Supervisor") -> None:
+def _link_resumes(runs: dict[str, Run]) -> None:
     """resumedAs is derived from resumedFrom (older runs do not record it)."""
-    for run in sup.runs.values():
-        old: Any = sup.runs.get(run.resumed_from) if run.resumed_from else None
+    for run in runs.values():
+        old = runs.get(run.resumed_from) if run.resumed_from else None
         if old is not None and not old.resumed_as:
             old.resumed_as = run.id

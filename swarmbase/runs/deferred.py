@@ -1,38 +1,36 @@
 """What a full disk kept in memory, and writing it once space returns (issue 25 #6).
 
 Two kinds: journal lines (paid agent results: `Journal.pending`) of runs live or ended,
-and ended runs whose final write failed (their LiveRun, with every record still to write).
-Journals go first on every pass: a run is sealed only over its whole journal, and a resume
-reads the journal, so it waits for (or forces) the write rather than re-run paid agents.
+and ended runs whose final write failed (`unsaved`: the supervisor's, each with every
+record still to write, given here only to be written). Journals go first on every pass: a
+run is sealed only over its whole journal, and a resume reads the journal, so it waits
+for (or forces) the write rather than re-run paid agents.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Awaitable, Callable
+from pathlib import Path
+from typing import Awaitable, Callable, TypeVar
 
 import trio
 
 from .. import fsutil
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from .journal import Journal
-    from .live import LiveRun
+from .journal import Journal
 
 log = logging.getLogger("swarmbase.supervisor")
 
 RETRY_S = 5.0
 
+Unsaved = TypeVar("Unsaved")      # an ended run whose final records wait (the supervisor's LiveRun)
+
 
 class Deferred:
-    def __init__(self, state_dir: "Path") -> None:
+    def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.journals: dict[str, Journal] = {}      # run id -> its journal with pending lines
-        self.runs: dict[str, LiveRun] = {}          # ended runs whose final records wait
 
-    def journal_refused(self, run_id: str, journal: "Journal", fault: OSError) -> None:
+    def journal_refused(self, run_id: str, journal: Journal, fault: OSError) -> None:
         if run_id not in self.journals:
             log.error("run %s: %s; its finished agents' results are kept in memory and journaled when space "
                       "returns", run_id, fsutil.describe_disk_fault(fault, self.state_dir))
@@ -66,10 +64,11 @@ class Deferred:
         del self.journals[run_id]
         return None
 
-    async def retry(self, journal_lock: Callable[[str], trio.Lock | None],
-                    final_write: Callable[["LiveRun"], Awaitable[None]]) -> None:
+    async def retry(self, journal_lock: Callable[[str], trio.Lock | None], unsaved: dict[str, Unsaved],
+                    final_write: Callable[[Unsaved], Awaitable[None]]) -> None:
         """One pass: every waiting journal (under its live run's journal lock), then the
-        final write of every ended run whose journal is whole."""
+        final write of every ended run whose journal is whole (removed from `unsaved` once
+        written)."""
         for run_id in list(self.journals):
             lock = journal_lock(run_id)
             if lock is None:
@@ -77,24 +76,24 @@ class Deferred:
             else:
                 async with lock:
                     await self.write_journal(run_id)
-        for run_id, live in list(self.runs.items()):
+        for run_id, live in list(unsaved.items()):
             if run_id in self.journals:
                 continue
             try:
                 await final_write(live)
             except OSError:
                 continue
-            del self.runs[run_id]
+            del unsaved[run_id]
             log.info("run %s: its record was saved after an earlier disk fault", run_id)
 
-    async def last_chance(self, final_write: Callable[["LiveRun"], Awaitable[None]]) -> None:
+    async def last_chance(self, unsaved: dict[str, Unsaved], final_write: Callable[[Unsaved], Awaitable[None]]) -> None:
         """Shutdown (no run is live): one more pass; what still cannot be written is lost
         with this daemon, and the log says so."""
         lost = {run_id: len(j.pending) for run_id, j in self.journals.items()}
-        await self.retry(lambda run_id: None, final_write)
+        await self.retry(lambda run_id: None, unsaved, final_write)
         for run_id in self.journals:
             log.error("run %s: %d paid agent result(s) could not be journaled (the disk still refuses) and "
                       "are lost with this daemon; a resume runs them again", run_id, lost[run_id])
-        for run_id in self.runs:
+        for run_id in unsaved:
             log.error("run %s: its final records could not be written (the disk still refuses); the next "
                       "start finds it as the disk has it", run_id)

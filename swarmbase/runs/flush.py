@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from .. import fsutil
 from ..audit.rundirs import agent_files, end_files
-from .records import ENDED, AgentRecord
-
-if TYPE_CHECKING:
-    from .live import LiveRun
-    from .supervisor import Supervisor
+from ..jsonvalue import JsonObject
+from .live import LiveRun
+from .records import ENDED
+from .store import RunStore
 
 log = logging.getLogger("swarmbase.supervisor")
 
@@ -35,22 +32,7 @@ FLUSH_INTERVAL_S = 0.25
 PHASES_AGENTS_PER_INTERVAL = 200
 
 
-@attrs.define
-class Pending:
-    log: list[dict[str, Any]] = attrs.Factory(list)
-    agents: dict[int, AgentRecord] = attrs.Factory(dict)
-    run_dirty: bool = False
-    phases_dirty: bool = False
-    urgent: trio.Event = attrs.Factory(trio.Event)
-    phases_at: float = float("-inf")       # trio time phases.json was last written
-
-    def agent(self, rec: AgentRecord) -> None:
-        self.agents[rec.n] = rec
-        self.phases_dirty = True
-        self.run_dirty = True
-
-
-async def loop(sup: "Supervisor", live: "LiveRun") -> None:
+async def loop(live: LiveRun) -> None:
     """A full disk does not stop the run here: what could not be written stays pending
     (write() puts it back) and goes out at a later flush, so agents whose replies are
     already paid for finish and are journaled rather than cancelled with the run (issue
@@ -61,14 +43,14 @@ async def loop(sup: "Supervisor", live: "LiveRun") -> None:
             await live.writes.urgent.wait()
         live.writes.urgent = trio.Event()
         try:
-            await write(sup, live)
+            await write(live.env.store, live)
         except OSError as e:
             fault = fsutil.disk_fault(e)
             if fault is None:
                 raise
             if not faulted:
                 log.error("run %s: %s; its records are kept in memory and written when space returns", live.run.id,
-                          fsutil.describe_disk_fault(fault, sup.cfg.state_dir))
+                          fsutil.describe_disk_fault(fault, live.env.cfg.state_dir))
             faulted = True
             continue
         if faulted:
@@ -76,12 +58,12 @@ async def loop(sup: "Supervisor", live: "LiveRun") -> None:
             faulted = False
 
 
-async def write(sup: "Supervisor", live: "LiveRun", final: bool = False) -> None:
+async def write(store: RunStore, live: LiveRun, final: bool = False) -> None:
     """Snapshot what is pending (on the loop), write it (in a thread). Raises OSError
     after putting back what was not written."""
     w = live.writes
     run = live.run
-    d = sup.store.dir(run)
+    d = store.dir(run)
     logs, w.log = w.log, []
     agents = [(rec.dir / "agent.json", rec.to_json(), rec.state in ENDED) for rec in w.agents.values()]
     w.agents = {}
@@ -99,7 +81,7 @@ async def write(sup: "Supervisor", live: "LiveRun", final: bool = False) -> None
 
     chains = live.chains
 
-    def io() -> dict[str, Any] | None:
+    def io() -> JsonObject | None:
         for path, data, ended in agents:
             if ended and chains is not None:      # the agent's final record: sealed
                 data = chains.agent_record(int(path.parent.name), data, agent_files(path.parent))
@@ -107,7 +89,7 @@ async def write(sup: "Supervisor", live: "LiveRun", final: bool = False) -> None
         if phases is not None:
             fsutil.write_json(d / "phases.json", phases, durable=final)
         if logs:
-            sup.store.append_log_lines(run, logs, chains)
+            store.append_log_lines(run, logs, chains)
         end = None
         if run_json is not None:
             if final and chains is not None:      # seal the run: nothing is appended after this

@@ -32,11 +32,11 @@ import re
 import secrets
 import shlex
 import subprocess
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import trio
 
-from ..launch.spec import AGENT_DIR, LaunchSpec
+from ..launch.spec import AGENT_DIR, LaunchSpec, LocalPlacement
 
 SAFE_CONFIG = (
     "core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false", "core.sshCommand=false",
@@ -112,7 +112,7 @@ class SandboxedGit:
     """Runs git (or a short sh script of git commands) in the sandbox through the
     launcher, with the repository's config replaced (see the module doc)."""
 
-    def __init__(self, launcher: Any, parent_env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, launcher: LocalPlacement, parent_env: Mapping[str, str] | None = None) -> None:
         self.launcher = launcher
         self.env = environment(os.environ if parent_env is None else parent_env)
 
@@ -125,7 +125,7 @@ class SandboxedGit:
         body = f'git() {{ command git {flags} "$@"; }}\nset -e\n{script}'
         full_env = {**self.env, "GIT_DIR": common, "GIT_COMMON_DIR": common, **(env or {})}
         overlays = {os.path.join(common, "config"): sanitized(read_config(common))}
-        if self.launcher.mode == "none":
+        if not self.launcher.confined:      # no sandbox: no mount to lay the config over
             overlays = {}
         spec = LaunchSpec(argv=("/bin/sh", "-c", body), env=full_env, cwd=cwd, key=f"git-{secrets.token_hex(6)}",
                           dirs=("home",), read=(cwd, *read), write=(common, *write), network=False,
@@ -135,7 +135,8 @@ class SandboxedGit:
         try:
             async with self.launcher.open(spec, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE) as proc:
-                async def drain(stream: Any, into: bytearray) -> None:
+                async def drain(stream: trio.abc.ReceiveStream | None, into: bytearray) -> None:
+                    assert stream is not None          # both were asked for as pipes
                     while chunk := await stream.receive_some(65536):
                         into.extend(chunk)
                 async with trio.open_nursery() as n:
@@ -147,7 +148,7 @@ class SandboxedGit:
         if code != 0:
             lines = [ln for ln in err.decode(errors="replace").strip().splitlines() if ln.strip()]
             last = lines[-1] if lines else f"git exited with {code}"
-            if "ermission denied" in last and getattr(self.launcher, "user", None) is not None:
+            if "ermission denied" in last and self.launcher.user is not None:
                 last += (f" (git runs as the sandbox user {self.launcher.user.describe()}: the repository's .git "
                          "must be writable by it)")
             raise GitError(last)

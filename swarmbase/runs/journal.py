@@ -21,11 +21,12 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 from .. import fsutil
+from ..audit.chain import ChainWriter
+from ..jsonvalue import Json, JsonObject
 
 SCHEMA = "swarmbase-journal"
 VERSION = 1
@@ -35,16 +36,16 @@ class JournalError(Exception):
     pass
 
 
-def canonical(value: Any) -> str:
+def canonical(value: Json) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def args_hash(args: Any) -> str:
+def args_hash(args: Json) -> str:
     return hashlib.sha256(canonical(args).encode()).hexdigest()[:16]
 
 
-def base_key(*, engine: str, model: str | None, profile: str, effort: str | None, schema: Any,
-             cwd: str | None, prompt: str, args_digest: str, **extra: Any) -> str:
+def base_key(*, engine: str, model: str | None, profile: str, effort: str | None, schema: Json,
+             cwd: str | None, prompt: str, args_digest: str, **extra: Json) -> str:
     """cwd None means the run's own work/ dir (a fresh one on resume). `extra` holds
     options that exist only on some calls (worktree isolation, a workflow path), so keys
     of calls without them stay what they were."""
@@ -68,12 +69,12 @@ class KeyCounter:
 
 @attrs.frozen
 class Loaded:
-    entries: dict[str, dict[str, Any]]     # key -> the last successful entry
-    lines: list[dict[str, Any]]            # every entry line, in order
+    entries: dict[str, JsonObject]     # key -> the last successful entry
+    lines: list[JsonObject]            # every entry line, in order
     torn: int
 
 
-def header(run_id: str, args_digest: str, caller: str | None = None) -> dict[str, Any]:
+def header(run_id: str, args_digest: str, caller: str | None = None) -> JsonObject:
     """The first line. `caller` names the run's owner beside run.json, so a run whose
     run.json is damaged can still be rebuilt for its caller (runs/rebuild.py)."""
     head = {"schema": SCHEMA, "v": VERSION, "runId": run_id, "args": args_digest}
@@ -90,7 +91,7 @@ def load(path: Path) -> Loaded:
     if head.get("v") != VERSION:
         raise JournalError(f"{path.name}: journal schema version {head.get('v')!r} is not supported "
                            f"(this build reads version {VERSION})")
-    entries: dict[str, dict[str, Any]] = {}
+    entries: dict[str, JsonObject] = {}
     body = [e for e in lines[1:] if isinstance(e, dict) and isinstance(e.get("key"), str)]
     for e in body:
         if e.get("ok"):
@@ -105,11 +106,11 @@ class Journal:
     `pending`, in order, and written before the next one or by flush() once space
     returns; append() still raises, so the caller knows it is not on disk yet."""
 
-    def __init__(self, path: Path, run_id: str, args_digest: str, carried: list[dict[str, Any]] | None = None,
-                 chain: Any = None, caller: str | None = None) -> None:
+    def __init__(self, path: Path, run_id: str, args_digest: str, carried: list[JsonObject] | None = None,
+                 chain: ChainWriter | None = None, caller: str | None = None) -> None:
         self.path = path
         self.chain = chain            # a swarmbase.audit.chain.ChainWriter, or None (unchained)
-        self.pending: list[dict[str, Any]] = []
+        self.pending: list[JsonObject] = []
         self._write(header(run_id, args_digest, caller))
         # Carry the old journal's successes forward so a resume of a resume replays them too
         # (sealed again in this run's chain: their old prev/hash are replaced).
@@ -118,7 +119,7 @@ class Journal:
         if carried:
             fsutil.fsync_file(path)
 
-    def _write(self, entry: dict[str, Any], durable: bool = True) -> None:
+    def _write(self, entry: JsonObject, durable: bool = True) -> None:
         mark = self.chain.mark() if self.chain is not None else None
         try:
             size = self.path.stat().st_size
@@ -129,7 +130,7 @@ class Journal:
                     json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
             fsutil.append_bytes(self.path, line, durable=durable)
         except BaseException:
-            if self.chain is not None:
+            if self.chain is not None and mark is not None:
                 self.chain.rollback(mark)
             try:                     # a short write on a full disk must not leave half a line
                 os.truncate(self.path, size)
@@ -137,7 +138,7 @@ class Journal:
                 pass
             raise
 
-    def append(self, entry: dict[str, Any]) -> None:
+    def append(self, entry: JsonObject) -> None:
         self.pending.append(entry)
         self.flush()
 

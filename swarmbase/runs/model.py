@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 import secrets
 import sys
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import attrs
 
+from ..jsonvalue import Json, JsonObject
 from .naming import run_name
 
 RUN_ID = re.compile(r"^run_[0-9a-f]{12}$")
@@ -39,11 +41,11 @@ class Stowed:
     its summary only."""
     __slots__ = ("path", "key")
 
-    def __init__(self, path: Any, key: str) -> None:
+    def __init__(self, path: str | os.PathLike[str], key: str) -> None:
         self.path = str(path)
         self.key = key
 
-    def read(self) -> Optional[dict[str, Any]]:
+    def read(self) -> Optional[JsonObject]:
         try:
             with open(self.path, "rb") as f:
                 value = json.loads(f.read()).get(self.key)
@@ -52,21 +54,21 @@ class Stowed:
         return value if isinstance(value, dict) else None
 
 
-def _packed(value: Any) -> Any:
+def _packed(value: Json) -> Json:
     """A JSON object as compact text (None stays None; text or a Stowed is kept as is)."""
     if value is None or isinstance(value, (str, Stowed)):
         return value
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _unpacked(value: Any) -> Any:
+def _unpacked(value: Json) -> Json:
     """What _packed kept, as a JSON object again (read back from run.json if stowed)."""
     if isinstance(value, Stowed):
         return value.read()
     return json.loads(value) if value is not None else None
 
 
-def _ref(v: Any) -> Optional[tuple[str, int]]:
+def _ref(v: Json) -> Optional[tuple[str, int]]:
     """A notice's place in the outbox log, from add()'s dict, a tuple, or run.json."""
     if isinstance(v, dict):
         v = (v.get("log"), v.get("seq"))
@@ -83,10 +85,10 @@ class Run:
     dir_name: str
     created_at: float
     label: Optional[str] = None
-    meta: Optional[dict[str, Any]] = None
+    meta: Optional[JsonObject] = None
     status: str = "queued"
-    _history: Any = attrs.Factory(list)      # a list; packed JSON text once the run has ended (stow_end)
-    args: Any = None
+    _history: Json = attrs.Factory(list)      # a list; packed JSON text once the run has ended (stow_end)
+    args: Json = None
     model: Optional[str] = None
     effort: Optional[str] = None
     profile: str = "think"
@@ -117,7 +119,7 @@ class Run:
     notice_ref: Optional[tuple[str, int]] = attrs.field(default=None, converter=_ref)
     # Set when run.json was damaged and this record rebuilt from the run's other files
     # (runs/rebuild.py): {at, fault, damagedCopy, lost: [run.json keys not recovered]}.
-    rebuilt: Optional[dict[str, Any]] = None
+    rebuilt: Optional[JsonObject] = None
     # The progress notices the run asked for (`run` parameter notify: "phase", "failures";
     # progress_notice.py); None: none. Kept in run.json, so a resume keeps the choice.
     notify: Optional[list[str]] = None
@@ -125,8 +127,8 @@ class Run:
     # record (set once when the run ends): compact JSON text, then left in run.json once the
     # run has ended (stow_end). As nested dicts they were most of what a finished run cost
     # the daemon in memory. Read and set them through the `link` and `end` properties.
-    _link: Any = attrs.field(default=None, converter=_packed)
-    _end: Any = attrs.field(default=None, converter=_packed)
+    _link: Json = attrs.field(default=None, converter=_packed)
+    _end: Json = attrs.field(default=None, converter=_packed)
 
     @property
     def active(self) -> bool:
@@ -137,7 +139,7 @@ class Run:
         """What the run is called in notices, tools and the dashboard (naming.run_name)."""
         return run_name(self.label, self.meta, self.script_comment)
 
-    def set_status(self, status: str, at: float, **detail: Any) -> None:
+    def set_status(self, status: str, at: float, **detail: Json) -> None:
         assert status in STATUSES, status
         if self.status in TERMINAL:
             raise ValueError(f"run {self.id} already ended as {self.status}")
@@ -147,34 +149,34 @@ class Run:
             self.ended_at = at
 
     @property
-    def link(self) -> Optional[dict[str, Any]]:
+    def link(self) -> Optional[JsonObject]:
         return _unpacked(self._link)
 
     @link.setter
-    def link(self, value: Optional[dict[str, Any]]) -> None:
+    def link(self, value: Optional[JsonObject]) -> None:
         self._link = _packed(value)
 
     @property
-    def end(self) -> Optional[dict[str, Any]]:
+    def end(self) -> Optional[JsonObject]:
         return _unpacked(self._end)
 
     @end.setter
-    def end(self, value: Optional[dict[str, Any]]) -> None:
+    def end(self, value: Optional[JsonObject]) -> None:
         self._end = _packed(value)
 
     @property
-    def history(self) -> list[dict[str, Any]]:
+    def history(self) -> list[JsonObject]:
         return json.loads(self._history) if isinstance(self._history, str) else self._history
 
     @history.setter
-    def history(self, value: list[dict[str, Any]]) -> None:
+    def history(self, value: list[JsonObject]) -> None:
         self._history = list(value)
 
     @property
     def sealed(self) -> bool:
         return self._end is not None
 
-    def stow_end(self, run_json: Any) -> None:
+    def stow_end(self, run_json: Json) -> None:
         """The run has ended and `run_json` (a Path) holds its sealed end record: keep only
         where it is, and pack the history (it never changes again)."""
         if self.status not in TERMINAL:
@@ -186,7 +188,7 @@ class Run:
         if isinstance(self._history, list):
             self._history = _packed(self._history)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "schema": 1,
             "id": self.id, "caller": self.caller, "dirName": self.dir_name,
@@ -206,7 +208,7 @@ class Run:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Run":
+    def from_json(cls, d: JsonObject) -> "Run":
         """A run record; raises ValueError (or KeyError/TypeError) for one that is not whole."""
         def num(key: str, default: float = 0.0) -> float:
             v = d.get(key, default)
@@ -250,7 +252,7 @@ class Run:
             end=d.get("end") if isinstance(d.get("end"), dict) else None,
         )
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         """The caller-facing summary used by `list` and `status`."""
         return {
             "runId": self.id, "label": self.display_label, "description": self.description, "status": self.status,
@@ -265,7 +267,7 @@ class Run:
         }
 
 
-def rebuilt_note(rebuilt: dict[str, Any]) -> str:
+def rebuilt_note(rebuilt: JsonObject) -> str:
     """What a caller reads about a run whose record was rebuilt from damage."""
     lost = [k for k in rebuilt.get("lost") or [] if isinstance(k, str)]
     return ("its record (run.json) was damaged and was rebuilt from the run's journal, agents, log and result"
@@ -273,5 +275,5 @@ def rebuilt_note(rebuilt: dict[str, Any]) -> str:
             + (f"; the damaged file is kept as {rebuilt['damagedCopy']}" if rebuilt.get("damagedCopy") else ""))
 
 
-def _str(v: Any) -> Optional[str]:
+def _str(v: Json) -> Optional[str]:
     return v if isinstance(v, str) else None

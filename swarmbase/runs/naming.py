@@ -12,7 +12,7 @@ reported when the script started); point `run_name` at another source by passing
 from __future__ import annotations
 
 import re
-from typing import Any
+from ..jsonvalue import Json
 
 UNNAMED = "untitled"
 MAX_NAME_CHARS = 80
@@ -38,14 +38,14 @@ def leading_comment(script: str) -> str | None:
     return None
 
 
-def meta_name(meta: Any) -> str | None:
+def meta_name(meta: Json) -> str | None:
     name = meta.get("name") if isinstance(meta, dict) else None
     if isinstance(name, str) and _clean(name):
         return _clean(name)
     return None
 
 
-def run_name(label: str | None, meta: Any, comment: str | None) -> str:
+def run_name(label: str | None, meta: Json, comment: str | None) -> str:
     """The one naming rule: label, meta.name, leading comment, UNNAMED."""
     if isinstance(label, str) and label:
         return label

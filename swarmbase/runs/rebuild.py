@@ -23,8 +23,8 @@ import calendar
 import json
 import re
 import time
-from typing import Any
 
+from ..jsonvalue import Json, JsonObject
 from .journal import args_hash
 from .model import RUN_ID, STATUSES, TERMINAL, Run, iso
 from .naming import leading_comment
@@ -45,12 +45,12 @@ _TYPES: dict[str, tuple[type, ...]] = {
 END_LINE = re.compile(r"^run (failed|cancelled|interrupted): (.*)$", re.DOTALL)
 
 
-def salvage_object(raw: bytes) -> dict[str, Any]:
+def salvage_object(raw: bytes) -> JsonObject:
     """The top-level fields of a JSON object that are still whole, in order, up to the
     first one that is not (a torn file keeps its head; garbage yields nothing)."""
     text = raw.decode("utf-8", errors="replace")
     dec = json.JSONDecoder()
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     i = text.find("{")
     if i < 0:
         return out
@@ -75,9 +75,9 @@ def _skip_space(text: str, i: int) -> int:
     return i
 
 
-def phases_from_agents(agents: list[AgentRecord]) -> list[dict[str, Any]]:
+def phases_from_agents(agents: list[AgentRecord]) -> list[JsonObject]:
     """status/phases.json rows, grouped by (workflow, phase) in agent order."""
-    phases: dict[tuple[str, str], dict[str, Any]] = {}
+    phases: dict[tuple[str, str], JsonObject] = {}
     for rec in sorted(agents, key=lambda r: r.n):
         title = rec.phase or ("main" if not rec.workflow else f"workflow {rec.workflow}")
         phase = phases.setdefault((rec.workflow, title), {"title": title, "workflow": rec.workflow, "agents": []})
@@ -89,16 +89,16 @@ def _stamp_time(dir_name: str) -> float:
     return float(calendar.timegm(time.strptime(dir_name.split("-", 1)[0], "%Y%m%dT%H%M%SZ")))
 
 
-def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dict[str, Any] | None,
+def run_from_parts(dir_name: str, salvaged: JsonObject, *, journal_head: JsonObject | None,
                    agents: list[AgentRecord], script: str | None, result: tuple[bool, float | None] | None,
-                   last_log: dict[str, Any] | None, log_at: float | None, fault: str,
+                   last_log: JsonObject | None, log_at: float | None, fault: str,
                    damaged_copy: str | None, now: float) -> Run | None:
     """A run record rebuilt from its dir's other files, or None when nothing says whose
     run it is (then it cannot be served to anyone). `result`: (has a value, mtime)."""
     run_id = dir_name.split("-", 1)[1] if "-" in dir_name else ""
     if not RUN_ID.match(run_id):
         return None
-    kept: dict[str, Any] = {k: v for k, v in salvaged.items() if k in _TYPES and isinstance(v, _TYPES[k])
+    kept: JsonObject = {k: v for k, v in salvaged.items() if k in _TYPES and isinstance(v, _TYPES[k])
             and not (isinstance(v, bool) and bool not in _TYPES[k])}
     if kept.get("status") not in STATUSES:
         kept.pop("status", None)
@@ -110,7 +110,7 @@ def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dic
     if "args" not in salvaged and head.get("args") == args_hash(None):
         lost.remove("args")              # the journal says the run had no args
     created = kept.get("createdAt", _stamp_time(dir_name))
-    d: dict[str, Any] = {**kept, "id": run_id, "dirName": dir_name, "caller": caller, "createdAt": created,
+    d: JsonObject = {**kept, "id": run_id, "dirName": dir_name, "caller": caller, "createdAt": created,
                          "agentsTotal": len(agents), "agentsDone": sum(1 for a in agents if finished(a)),
                          "spentUsd": kept.get("spentUsd", sum(a.cost_usd for a in agents)),
                          "spentEstimated": kept.get("spentEstimated", any(a.cost_estimated for a in agents)),
@@ -126,7 +126,7 @@ def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dic
             d["status"] = "running"          # in flight, as far as the files say: boot interrupts it
         else:
             d["status"], d["endedAt"], d["error"] = ended
-    history: list[Any] = kept.get("history") or [{"status": "queued", "at": iso(created)}]
+    history: list[Json] = kept.get("history") or [{"status": "queued", "at": iso(created)}]
     if d["status"] != (history[-1].get("status") if isinstance(history[-1], dict) else None):
         history = [*history, {"status": d["status"], "at": iso(d.get("endedAt") or now),
                               "reason": "rebuilt at boot from the run's files"}]
@@ -138,7 +138,7 @@ def run_from_parts(dir_name: str, salvaged: dict[str, Any], *, journal_head: dic
         return None
 
 
-def _how_it_ended(result: tuple[bool, float | None] | None, last_log: dict[str, Any] | None,
+def _how_it_ended(result: tuple[bool, float | None] | None, last_log: JsonObject | None,
                   log_at: float | None) -> tuple[str, float, str | None] | None:
     if result is not None and result[0]:
         return "completed", result[1] or time.time(), None

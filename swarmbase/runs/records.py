@@ -7,11 +7,13 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 import attrs
 
 from .. import fsutil, json_depth
+from ..engines.base import LiveUsage
+from ..jsonvalue import Json, JsonObject
 from ..prices import Tokens
 from .model import iso
 
@@ -49,7 +51,7 @@ class Redactor:
         return text
 
 
-def redact_value(redact: Redactor, value: Any) -> Any:
+def redact_value(redact: Redactor, value: Json) -> Json:
     """A JSON value with every known secret replaced."""
     if not redact.secrets:
         return value
@@ -65,7 +67,7 @@ class AgentRecord:
     model: str | None
     profile: str
     state: str = "queued"
-    history: list[dict[str, Any]] = attrs.Factory(list)
+    history: list[JsonObject] = attrs.Factory(list)
     cost_usd: float = 0.0
     cost_estimated: bool = False
     tokens: Tokens = Tokens()
@@ -78,13 +80,13 @@ class AgentRecord:
     workflow: str = ""
     priced: bool = True
     node: str | None = None
-    branch: dict[str, Any] | None = None
+    branch: JsonObject | None = None
     original_duration_s: float | None = None
     cwd: str | None = None
     queued_at: float = attrs.Factory(time.time)
-    usage: Any = attrs.field(default=None, repr=False)    # LiveUsage while running
+    usage: LiveUsage | None = attrs.field(default=None, repr=False)    # LiveUsage while running
 
-    def set_state(self, state: str, **detail: Any) -> None:
+    def set_state(self, state: str, **detail: Json) -> None:
         assert state in AGENT_STATES, state
         now = time.time()
         self.state = state
@@ -100,7 +102,7 @@ class AgentRecord:
             return None
         return round((self.ended_at or time.time()) - self.started_at, 3)
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JsonObject:
         """The agent's line in status / phases.json / the dashboard. While it runs, cost and
         tokens are the live (estimated) figures."""
         cost, tokens, estimated = self.cost_usd, self.tokens.total, self.cost_estimated
@@ -114,13 +116,14 @@ class AgentRecord:
                 "originalDurationS": self.original_duration_s, "node": self.node,
                 "branch": self.branch.get("branch") if self.branch else None}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {**self.row(), "history": self.history, "tokens": self.tokens.to_json(),
                 "exitCode": self.exit_code, "error": self.error, "cwd": self.cwd, "worktree": self.branch}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], dir: Path) -> "AgentRecord":
-        t = d.get("tokens") if isinstance(d.get("tokens"), dict) else {}
+    def from_json(cls, d: JsonObject, dir: Path) -> "AgentRecord":
+        tokens = d.get("tokens")
+        t: JsonObject = tokens if isinstance(tokens, dict) else {}
         return cls(n=int(d["n"]), dir=dir, label=str(d.get("label", "")), engine=str(d.get("engine", "claude")),
                    model=d.get("model"), profile=str(d.get("profile", "read")), state=str(d.get("state", "queued")),
                    history=list(d.get("history") or []), cost_usd=float(d.get("costUsd") or 0.0),
@@ -134,7 +137,7 @@ class AgentRecord:
                    cwd=d.get("cwd"), queued_at=d.get("queuedAt") or 0.0)
 
 
-def create(agents_dir: Path, rec: AgentRecord, prompt: str, opts: dict[str, Any]) -> None:
+def create(agents_dir: Path, rec: AgentRecord, prompt: str, opts: JsonObject) -> None:
     rec.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     fsutil.write_atomic(rec.dir / "prompt.txt", prompt.encode(), durable=False)
     fsutil.write_json(rec.dir / "opts.json", opts, durable=False)
@@ -156,7 +159,7 @@ class Transcript:
     the transcript there (`fault` says why) and never the agent, whose reply is already
     paid for (issue 25 #6: an ENOSPC here crashed agents after their reply)."""
 
-    def __init__(self, path: Path, redact: Redactor, on_entry: Any = None) -> None:
+    def __init__(self, path: Path, redact: Redactor, on_entry: Callable[[Json], None] | None = None) -> None:
         self.path = path
         self.redact = redact
         self.on_entry = on_entry

@@ -26,13 +26,14 @@ import os
 import secrets
 import subprocess
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import AsyncIterator, Callable, Mapping
 
 import trio
 
 from .. import fsutil
-from ..launch.spec import LaunchSpec
-from ..spawn import Child
+from ..jsonvalue import Json
+from ..launch.spawn import Child
+from ..launch.spec import LaunchSpec, ProcessOpener
 
 log = logging.getLogger("swarmbase.spares")
 
@@ -76,7 +77,7 @@ class Spare:
 class SpareRunners:
     """A pool of `size` ready runners, kept full while `serve()` runs."""
 
-    def __init__(self, launcher: Any, spec: Callable[[str], LaunchSpec], size: int = 1) -> None:
+    def __init__(self, launcher: ProcessOpener, spec: Callable[[str], LaunchSpec], size: int = 1) -> None:
         self.launcher = launcher
         self.spec = spec                      # key -> the runner's LaunchSpec
         self.size = size
@@ -85,7 +86,7 @@ class SpareRunners:
         self.handed_out = 0
         self.died = 0                         # spares that died while waiting
 
-    def take(self, record: Mapping[str, Any] | None = None) -> Spare | None:
+    def take(self, record: Mapping[str, Json] | None = None) -> Spare | None:
         """A ready spare, now owned by the caller alone; None if none is ready. `record`:
         fields (the run id) added to its process record, which until now said `spare`."""
         while self.ready:
@@ -99,18 +100,15 @@ class SpareRunners:
             spare.released.set()              # dead already: its keeper reaps it and starts another
         return None
 
-    def _note_taken(self, spare: Spare, record: Mapping[str, Any]) -> None:
-        procs = getattr(self.launcher, "procs", None)
-        if procs is None:
-            return
-        path = procs / f"{spare.key}.json"
+    def _note_taken(self, spare: Spare, record: Mapping[str, Json]) -> None:
+        path = self.launcher.procs / f"{spare.key}.json"
         try:
             data = fsutil.read_json(path) or {}
             fsutil.write_json(path, {**data, **record, "spare": "taken"}, durable=False)
         except (OSError, ValueError) as e:      # the record is for the boot reaper's pgid; that stays
             log.warning("could not note the run in %s: %s", path.name, e)
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(self.size):
                 nursery.start_soon(self._keep)

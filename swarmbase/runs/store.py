@@ -20,11 +20,13 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from .. import fsutil
 from ..audit import rundirs
 from ..audit.rundirs import chains_from_disk
+from ..audit.seal import RunChains
+from ..jsonvalue import Json, JsonObject
 from . import rebuild
 from .model import Run, iso, stamp
 from .records import AgentRecord
@@ -71,7 +73,7 @@ class RunStore:
         self.state_dir = state_dir
         self.root = state_dir / "runs"
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.damaged: list[dict[str, Any]] = []     # what was found damaged: {path, fault, at}
+        self.damaged: list[JsonObject] = []     # what was found damaged: {path, fault, at}
 
     # -- damage ------------------------------------------------------------------------
     def report_damage(self, path: Path, fault: str) -> Path:
@@ -138,15 +140,15 @@ class RunStore:
 
     # -- the log: appended in batches (one write, one fsync), read from the tail -----
     @staticmethod
-    def log_entry(message: str, level: str = "info", at: float | None = None) -> dict[str, Any]:
+    def log_entry(message: str, level: str = "info", at: float | None = None) -> JsonObject:
         return {"at": iso(time.time() if at is None else at), "level": level, "message": message}
 
-    def append_log(self, run: Run, message: str, level: str = "info", chains: Any = None) -> dict[str, Any]:
+    def append_log(self, run: Run, message: str, level: str = "info", chains: RunChains | None = None) -> JsonObject:
         entry = self.log_entry(message, level)
         self.append_log_lines(run, [entry], chains)
         return entry
 
-    def append_log_lines(self, run: Run, entries: list[dict[str, Any]], chains: Any = None) -> None:
+    def append_log_lines(self, run: Run, entries: list[JsonObject], chains: RunChains | None = None) -> None:
         """Log lines, sealed in the run's chain when it has one. `chains`: the run's
         RunChains if the caller holds it (a live run, boot); else picked up from the files."""
         if not entries:
@@ -166,7 +168,7 @@ class RunStore:
             chains.log.rollback(mark)
             raise
 
-    def recent_log(self, run: Run, n: int = 20) -> list[dict[str, Any]]:
+    def recent_log(self, run: Run, n: int = 20) -> list[JsonObject]:
         path = self.dir(run) / "log.jsonl"
         try:
             return fsutil.tail_lines(path, n)
@@ -174,10 +176,10 @@ class RunStore:
             raise self._damaged(path, e.strerror or type(e).__name__) from None
 
     # -- phases and result ---------------------------------------------------------
-    def save_phases(self, run: Run, phases: list[dict[str, Any]], durable: bool = False) -> None:
+    def save_phases(self, run: Run, phases: list[JsonObject], durable: bool = False) -> None:
         fsutil.write_json(self.dir(run) / "phases.json", phases, durable=durable)
 
-    def phases(self, run: Run) -> list[dict[str, Any]]:
+    def phases(self, run: Run) -> list[JsonObject]:
         """A damaged phases.json is rebuilt from the agent records (and written back); one
         that cannot be read at all (a directory, EIO) raises DamagedFile."""
         path = self.dir(run) / "phases.json"
@@ -208,7 +210,7 @@ class RunStore:
         """Every agent record of the run that can be read (the rest are skipped)."""
         return _agent_records(self.dir(run))
 
-    def save_result(self, run: Run, value: Any) -> None:
+    def save_result(self, run: Run, value: Json) -> None:
         fsutil.write_json(self.dir(run) / "result.json", {"value": value})
 
     def result_text(self, run: Run) -> str | None:
@@ -225,7 +227,7 @@ class RunStore:
         return json.dumps(data.get("value"), ensure_ascii=False, indent=1)
 
     # -- agents --------------------------------------------------------------------
-    def create_agent(self, rec: AgentRecord, prompt: str, opts: dict[str, Any]) -> None:
+    def create_agent(self, rec: AgentRecord, prompt: str, opts: JsonObject) -> None:
         rec.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         fsutil.write_atomic(rec.dir / "prompt.txt", prompt.encode(), durable=False)
         fsutil.write_json(rec.dir / "opts.json", opts, durable=False)
@@ -235,7 +237,7 @@ class RunStore:
         shutil.rmtree(self.work_dir(run), ignore_errors=True)
 
     # -- boot ------------------------------------------------------------------------
-    def load_all(self, damaged: Callable[[Path, str], None]) -> Iterator[Run]:
+    def load_all(self, damaged: Callable[[Path, str], object]) -> Iterator[Run]:
         """Every readable run on disk; whatever cannot be read is quarantined and reported
         through `damaged(path, fault)`."""
         for entry in sorted(self.root.iterdir()):

@@ -15,11 +15,12 @@ SwarmBase's own parameters, so a resident's habitual Workflow call works unchang
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import attrs
 
-from .run_request import RunRefused
+from ..config import Caller
+from ..jsonvalue import JsonObject
+from .run_opts import RunRefused
 from .workflows import WorkflowError, find_saved, listing, read_script_file
 
 # Passed to the supervisor as they are.
@@ -29,11 +30,11 @@ PASSED = ("args", "label", "model", "effort", "profile", "budgetUsd", "budgetTok
 
 @attrs.frozen
 class RunCall:
-    params: dict[str, Any]
+    params: JsonObject
     resume_from: str | None = None
 
 
-def from_tool(a: dict[str, Any], caller: Any, state_dir: Path) -> RunCall:
+def from_tool(a: JsonObject, caller: Caller, state_dir: Path) -> RunCall:
     params = {k: a[k] for k in PASSED if k in a}
     if "title" in a and "label" not in a:
         params["label"] = a["title"]
@@ -47,7 +48,7 @@ def from_tool(a: dict[str, Any], caller: Any, state_dir: Path) -> RunCall:
     return RunCall(params=params, resume_from=resume)
 
 
-def _script(a: dict[str, Any], caller: Any, state_dir: Path) -> str | None:
+def _script(a: JsonObject, caller: Caller, state_dir: Path) -> str | None:
     if "script" in a:
         return a["script"]
     if "scriptPath" in a:

@@ -19,20 +19,20 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .. import fsutil, money, script_meta
-from ..config import PROFILES
+from .. import fsutil, money
+from ..jsonvalue import Json, JsonObject
+from ..script import meta as script_meta
+from ..config import PROFILES, Caller
 from .agent_opts import OptionError, pinned_cwd, unknown_option
 from . import journal as journal_mod
 from .budget import BudgetGate, Ledger
 from .journal import KeyCounter
-from .live import script_budget
-
-if TYPE_CHECKING:
-    from .live import LiveRun
+from .live import Bridge, LiveRun, script_budget
+from .records import AgentRecord
+from .scope import Scope
 
 # A saved workflow's file name: matched whole (fullmatch), since `$` also matches before a
 # final newline and NAME.match("x\n") once let save_workflow write "x\n.js".
@@ -54,57 +54,39 @@ class WorkflowCall:
     path: str
     key: str
     source: str
-    args: Any
+    args: Json
     label: str
     budget_usd: float | None
     budget_tokens: int | None
     profile: str
 
 
-class Scope:
-    """The view of a run that a (root or nested) script has. LiveRun is the root scope."""
+class WorkflowScope:
+    """A nested workflow's Scope (scope.py): its own path, budget slice, key counter, args,
+    profile and bridge; the run's shared state through `root`."""
 
-
-class WorkflowScope(Scope):
-    def __init__(self, root: "LiveRun", parent: Any, call: WorkflowCall, usd: BudgetGate, tokens: BudgetGate) -> None:
+    def __init__(self, root: LiveRun, parent: Scope, call: WorkflowCall, usd: BudgetGate, tokens: BudgetGate) -> None:
         self.root = root
-        self.parent = parent
         self.call = call
         self.workflow_path = call.path
         self.depth = parent.depth + 1
         self.usd = usd
         self.tokens = tokens
         self.keys = KeyCounter()
-        self.args = call.args
         self.args_digest = journal_mod.args_hash(call.args)
         self.profile = call.profile
         self.workflow_calls = 0
-        self.bridge: Any = None
-
-    # The run's shared state, read (and the agent counter written) through the root.
-    run = property(lambda self: self.root.run)
-    caller = property(lambda self: self.root.caller)
-    slots = property(lambda self: self.root.slots)
-    replay = property(lambda self: self.root.replay)
-    journal = property(lambda self: self.root.journal)
-    journal_lock = property(lambda self: self.root.journal_lock)
-    agents = property(lambda self: self.root.agents)
-    agent_scopes = property(lambda self: self.root.agent_scopes)
-    stop_reasons = property(lambda self: self.root.stop_reasons)
-    writes = property(lambda self: self.root.writes)
-    phases = property(lambda self: self.root.phases)
+        self.bridge: Bridge | None = None
 
     @property
-    def stop_reason(self) -> str | None:
-        return self.root.stop_reason
+    def default_phase(self) -> str:
+        """Its agents before any phase() go under the workflow's label."""
+        return self.call.label
 
-    def next_agent_number(self) -> int:
-        return self.root.next_agent_number()
-
-    def add_agent(self, rec: Any, phase_title: str | None = None) -> None:
+    def add_agent(self, rec: AgentRecord, phase_title: str | None = None) -> None:
         self.root.file_agent(rec, self.workflow_path, phase_title)
 
-    def budget_view(self) -> dict[str, Any]:
+    def budget_view(self) -> JsonObject:
         return script_budget(self.root, self.usd, self.tokens)
 
 
@@ -167,11 +149,10 @@ def read_script_file(path: str, roots: list[str], what: str = "scriptPath") -> s
     return text
 
 
-def _source(scope: Any, source: Any, state_dir: Path) -> tuple[str, str | None]:
+def _source(caller: Caller, source: Json, state_dir: Path) -> tuple[str, str | None]:
     """(script text, default label) of a workflow() source: a saved workflow's name (Claude
     Code's form; a string that is no saved name and looks like one is an error), {name},
     {scriptPath} (under cwdRoots), or script text (SwarmBase's)."""
-    caller = scope.caller
     if isinstance(source, dict) and isinstance(source.get("scriptPath"), str):
         text = read_script_file(source["scriptPath"], caller.cwdRoots, "workflow({scriptPath})")
         return text, None
@@ -188,7 +169,7 @@ def _source(scope: Any, source: Any, state_dir: Path) -> tuple[str, str | None]:
     return name, None
 
 
-def resolve(scope: Any, source: Any, args: Any, opts: dict[str, Any], state_dir: Path,
+def resolve(scope: Scope, source: Json, args: Json, opts: JsonObject, state_dir: Path,
             max_depth: int, max_workflows: int, workflows_so_far: int) -> WorkflowCall:
     """In call order: validate a workflow() call and give it its path and journal key."""
     if scope.depth + 1 > max_depth:
@@ -200,7 +181,7 @@ def resolve(scope: Any, source: Any, args: Any, opts: dict[str, Any], state_dir:
     unknown = [k for k in opts if k not in KNOWN]
     if unknown:
         raise WorkflowError(unknown_option("workflow()", unknown[0], KNOWN))
-    text, default_label = _source(scope, source, state_dir)
+    text, default_label = _source(scope.root.caller, source, state_dir)
     if not text.strip():
         raise WorkflowError("workflow(): the workflow's script is empty")
     if len(text) > MAX_SOURCE_CHARS:
@@ -237,7 +218,7 @@ def resolve(scope: Any, source: Any, args: Any, opts: dict[str, Any], state_dir:
                         budget_tokens=budget_tokens, profile=profile)
 
 
-async def slice_budget(parent: Any, call: WorkflowCall) -> tuple[BudgetGate, BudgetGate, float, int]:
+async def slice_budget(parent: Scope, call: WorkflowCall) -> tuple[BudgetGate, BudgetGate, float, int]:
     """The child's gates: a slice reserved whole from the parent's, or the parent's own."""
     usd, tokens = parent.usd, parent.tokens
     got_usd, got_tokens = 0.0, 0
@@ -275,7 +256,7 @@ def save(state_dir: Path, caller: str, name: str, script: str) -> Path:
     return path
 
 
-def listing(state_dir: Path, caller: str) -> list[dict[str, Any]]:
+def listing(state_dir: Path, caller: str) -> list[JsonObject]:
     """The caller's saved workflows: name, size, first line, and what their meta block
     declares (name, description, whenToUse, phases), read without running them."""
     d = saved_dir(state_dir, caller)
@@ -287,7 +268,7 @@ def listing(state_dir: Path, caller: str) -> list[dict[str, Any]]:
             except (OSError, UnicodeDecodeError):
                 continue
             first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-            entry: dict[str, Any] = {"name": p.stem, "chars": len(text), "firstLine": first[:200]}
+            entry: JsonObject = {"name": p.stem, "chars": len(text), "firstLine": first[:200]}
             meta = script_meta.describe(text)
             if meta:
                 entry["meta"] = meta

@@ -27,13 +27,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from functools import partial
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import attrs
 import trio
 
 from .. import fsutil
+from ..jsonvalue import JsonObject
 from .git_sandbox import GitError, SandboxedGit
 
 log = logging.getLogger("swarmbase.worktrees")
@@ -131,14 +133,14 @@ head -c 4096 "$SB_PATH/.git"
 
 
 async def create(cwd: str, root: Path, run_id: str, n: int, base: str | None, *, git: SandboxedGit,
-                 roots: Sequence[str], keep: bool, adopt: Any = None) -> Worktree:
+                 roots: Sequence[str], keep: bool, adopt: Callable[[str | os.PathLike[str]], None] | None = None) -> Worktree:
     repo = await repository(cwd, git=git, roots=roots)
     path = root / str(n)
     branch = f"swarmbase/{run_id}/{n}"
     record = root / f"{n}.json"
     async with _lock(repo.common):
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path.mkdir(mode=0o700, exist_ok=True)
+        await trio.to_thread.run_sync(partial(root.mkdir, parents=True, exist_ok=True, mode=0o700))
+        await trio.to_thread.run_sync(partial(path.mkdir, mode=0o700, exist_ok=True))
         if adopt is not None:
             adopt(path)
         info = {"repo": repo.top, "common": repo.common, "path": str(path), "branch": branch, "keep": keep,
@@ -202,7 +204,7 @@ fi
 '''
 
 
-async def finish(wt: Worktree, n: int, label: str, keep: bool, *, git: SandboxedGit) -> dict[str, Any]:
+async def finish(wt: Worktree, n: int, label: str, keep: bool, *, git: SandboxedGit) -> JsonObject:
     """Commit what the agent changed on its branch, remove the worktree (unless kept);
     what it did, for the agent's record. WorktreeError if the commit failed (the worktree
     is removed all the same) or git could not run at all (then its record stays, and the
@@ -223,17 +225,17 @@ async def finish(wt: Worktree, n: int, label: str, keep: bool, *, git: Sandboxed
             if not keep:
                 await trio.to_thread.run_sync(shutil.rmtree, wt.path, True)
             if wt.record:
-                Path(wt.record).unlink(missing_ok=True)
+                await trio.to_thread.run_sync(partial(Path(wt.record).unlink, missing_ok=True))
     if done["error"] is not None:
         raise WorktreeError(f"the agent's work could not be committed: {done['error']}")
     return {"branch": wt.branch, "commit": done["commit"] or wt.base, "base": wt.base,
             "filesChanged": done["changed"], "diffStat": done["stat"] if done["changed"] else "", "repo": wt.repo}
 
 
-def finished(out: str) -> dict[str, Any]:
+def finished(out: str) -> JsonObject:
     """What FINISH printed: the commit, the files changed, the short stat, whether the
     worktree was unregistered, and the commit's error (None when it worked)."""
-    done: dict[str, Any] = {"commit": None, "changed": 0, "stat": "", "removed": False, "error": None}
+    done: JsonObject = {"commit": None, "changed": 0, "stat": "", "removed": False, "error": None}
     said: list[str] = []
     for line in out.splitlines():
         if line.startswith("commit "):
@@ -271,7 +273,7 @@ async def recover(run_dirs: Iterable[Path], *, git: SandboxedGit) -> int:
             except (OSError, ValueError, KeyError, TypeError) as e:
                 log.warning("worktree record %s is unreadable (%s); left as is", record, e)
                 continue
-            if not info.get("gitdir") or not os.path.isdir(str(info.get("common"))):
+            if not info.get("gitdir") or not await trio.to_thread.run_sync(os.path.isdir, str(info.get("common"))):
                 shutil.rmtree(path, ignore_errors=True)       # never registered, or the repository is gone
                 record.unlink(missing_ok=True)
                 cleaned += 1

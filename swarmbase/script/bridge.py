@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import trio
 
-from . import json_depth
-from .procs import LineReader
+from .. import json_depth
+from ..launch.procs import LineReader
+from ..launch.spawn import Child
+from .host import AgentCallError, Answered, ProbeError, RunnerLimits, ScriptHost, ScriptOutcome
 
 MAX_LOG_CHARS = 4000
 # A message wraps the script's value in one level of its own ({"t": "call", "opts": …}).
@@ -28,65 +30,6 @@ OOM_MARKERS = (b"heap out of memory", b"Array buffer allocation failed", b"Alloc
 MEMORY_ERROR = "the script exceeded its memory limit"
 
 log = logging.getLogger(__name__)
-
-
-class AgentCallError(Exception):
-    """Raised by a ScriptHost to make agent() or workflow() throw inside the script with this
-    message. `kind` marks a stop of the whole run rather than of this call: "budget" (the
-    USD budget or the token target is spent) or "cap" (maxAgentsPerRun); the script sees
-    Claude Code's error names for them (WorkflowBudgetExceededError, WorkflowAgentCapError)."""
-
-    def __init__(self, message: str, kind: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class ProbeError(Exception):
-    """A test probe failed in the runner, or the runner ended before answering it."""
-
-
-@attrs.frozen
-class Answered:
-    """What `agent_begin`/`workflow_begin` may return when the answer is known at once (a
-    journal replay). The bridge then replies before it reads the runner's next line, so the
-    answer reaches the script in call order, and `_Bridge.settle()` can wait for the
-    script's reaction to it."""
-    value: Any
-
-
-class ScriptHost(Protocol):
-    # Optional members, looked up with getattr (a host may leave any of them out):
-    # - agent_begin(prompt, opts) -> ticket | Answered, and workflow_begin(source, args, opts)
-    #   -> ticket | Answered: run synchronously in call order, before any other call is read;
-    #   what must follow the script's call order (numbering, journal keys) goes there.
-    # - async workflow(source, args, opts, ticket) -> value: a nested workflow (without it
-    #   workflow() throws in the script).
-    # - calls_cancelled(tickets, reason) -> None: synchronous; the script cancelled these
-    #   in-flight calls (race/waitN losers). Called before their tasks are cancelled, so the
-    #   host can record why; a ticket may belong to a call that has just finished.
-    # - attach(bridge) or a `bridge` attribute: receives the _Bridge (sync/settle/probe).
-    async def agent(self, prompt: str, opts: dict[str, Any], ticket: Any = None) -> Any: ...
-    def phase(self, title: str) -> None: ...
-    def log(self, message: str) -> None: ...
-    def budget_view(self) -> dict[str, Any]: ...
-
-
-@attrs.frozen
-class ScriptOutcome:
-    ok: bool
-    value: Any = None
-    error: str | None = None
-    line: int | None = None
-    watchdog: bool = False
-
-
-@attrs.frozen
-class RunnerLimits:
-    slice_ms: int = 5000
-    ping_interval: float = 2.0
-    pong_timeout: float = 10.0
-    memory_mb: int = 512
-    cpu_seconds: int | None = None
 
 
 @attrs.define
@@ -128,7 +71,7 @@ def _valid_source(source: Any) -> bool:
 
 
 class _Bridge:
-    def __init__(self, proc: trio.Process, host: ScriptHost, limits: RunnerLimits) -> None:
+    def __init__(self, proc: Child, host: ScriptHost, limits: RunnerLimits) -> None:
         self.proc = proc
         self.host = host
         self.limits = limits
@@ -143,11 +86,7 @@ class _Bridge:
         self.answered_inline = 0
         self.waiters: dict[int, _Waiter] = {}
         self.last_request = 0
-        attach = getattr(host, "attach", None)
-        if callable(attach):
-            attach(self)
-        elif hasattr(host, "bridge"):
-            host.bridge = self  # type: ignore[attr-defined]
+        host.attach(self)
 
     async def send(self, *msgs: dict[str, Any]) -> None:
         """Send messages as one write, so no other message falls between them. Non-finite
@@ -170,27 +109,21 @@ class _Bridge:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the runner is gone; read_loop reports why
 
-    def parse_call(self, msg: dict[str, Any]) -> tuple[str, Callable[[], Any] | None,
-                                                       Callable[[Any], Awaitable[Any]]] | str:
+    def parse_call(self, msg: dict[str, Any]) -> tuple[str, Callable[[], Any], Callable[[Any], Awaitable[Any]]] | str:
         """(op, begin, work) for a well-formed call, else the error the script gets."""
         op = msg.get("op")
         if op == "agent":
             prompt, opts = msg.get("prompt", ""), msg.get("opts", {})
             if not isinstance(prompt, str) or not isinstance(opts, dict):
                 return "agent(): malformed call on the bridge"
-            agent_begin = getattr(self.host, "agent_begin", None)
-            return ("agent", (lambda: agent_begin(prompt, dict(opts))) if agent_begin else None,
+            return ("agent", lambda: self.host.agent_begin(prompt, dict(opts)),
                     lambda ticket: self.host.agent(prompt, dict(opts), ticket))
         if op == "workflow":
             source, args, opts = msg.get("source"), msg.get("args"), msg.get("opts", {})
             if not _valid_source(source) or not isinstance(opts, dict):
                 return "workflow(): malformed call on the bridge"
-            run = getattr(self.host, "workflow", None)
-            if run is None:
-                return "workflow() is not available in this daemon"
-            wf_begin = getattr(self.host, "workflow_begin", None)
-            return ("workflow", (lambda: wf_begin(source, args, dict(opts))) if wf_begin else None,
-                    lambda ticket: run(source, args, dict(opts), ticket))
+            return ("workflow", lambda: self.host.workflow_begin(source, args, dict(opts)),
+                    lambda ticket: self.host.workflow(source, args, dict(opts), ticket))
         return f"unknown bridge call {op!r}"
 
     async def begin_call(self, msg: dict[str, Any], nursery: trio.Nursery) -> None:
@@ -201,7 +134,7 @@ class _Bridge:
             return
         op, begin, work = parsed
         try:
-            ticket = begin() if begin else None
+            ticket = begin()
         except Exception as e:  # never let one call take the bridge down
             await self.send({"t": "reply", "id": call_id, "ok": False, "error": f"{op}(): {e}"})
             return
@@ -233,12 +166,10 @@ class _Bridge:
         calls = [self.calls[i] for i in ids if type(i) is int and i in self.calls]
         if not calls:
             return
-        hook = getattr(self.host, "calls_cancelled", None)
-        if hook is not None:
-            try:
-                hook([c.ticket for c in calls], reason)
-            except Exception:  # the calls are stopped either way
-                log.exception("calls_cancelled failed")
+        try:
+            self.host.calls_cancelled([c.ticket for c in calls], reason)
+        except Exception:  # the calls are stopped either way
+            log.exception("calls_cancelled failed")
         for c in calls:
             c.scope.cancel()
 

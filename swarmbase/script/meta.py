@@ -81,7 +81,9 @@ class Found:
 
 
 def _skip(s: str, i: int) -> int:
-    return _SPACE.match(s, i).end()
+    m = _SPACE.match(s, i)
+    assert m is not None          # the pattern matches the empty string
+    return m.end()
 
 
 def _ident(s: str, i: int) -> str | None:

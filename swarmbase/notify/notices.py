@@ -20,10 +20,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .data_frame import ERROR_NOTE, framed, one_line
-from .mcpl.features import NOTIFY_SET
-from .money import usd
-from .runs.model import Run, iso
+from ..data_frame import ERROR_NOTE, framed, one_line
+from ..mcpl.features import NOTIFY_SET
+from ..money import usd
+from ..runs.model import Run, iso
 
 PREVIEW_CHARS = 400
 

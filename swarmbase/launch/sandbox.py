@@ -35,7 +35,7 @@ from typing import Mapping, Sequence
 
 import attrs
 
-from .identity import SandboxUser
+from ..identity import SandboxUser
 
 PRIVATE_MOUNT = "/run/swarmbase/agent"
 ETC_FILES = ("/etc/hosts", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/resolv.conf",

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from . import fsutil
+from .. import fsutil
 
 
 def _utc_stamp() -> str:

@@ -17,6 +17,10 @@ is pushed, and the answer to a push in flight is read and acknowledged, so a not
 host accepted is never delivered again after the restart (issue 25 #2: the outbox used to
 close, and the sessions be cancelled, with answers on the wire). Nothing that would wait
 (a grant, a backoff) is started while draining.
+
+The loop is given a narrow PushPeer (the session: its caller, its grant, a request), the
+outbox, the observers and the daemon's log-once; it keeps its own holds and releases them
+when it sees a new grant, so the session never calls into it.
 """
 
 from __future__ import annotations
@@ -24,14 +28,13 @@ from __future__ import annotations
 import logging
 import random
 from functools import partial
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Hashable, Protocol
 
 import trio
 
-from .jsonrpc import Response
-
-if TYPE_CHECKING:
-    from .session import Session
+from ..mcpl.jsonrpc import Response
+from ..runs.observers import Observers
+from .outbox import Outbox
 
 log = logging.getLogger("swarmbase.mcpl")
 
@@ -77,13 +80,37 @@ async def first_of(*waits: Callable[[], Awaitable[None]]) -> None:
             n.start_soon(one, fn)
 
 
+class PushPeer(Protocol):
+    """What the push loop needs of its session."""
+
+    @property
+    def caller_name(self) -> str: ...
+
+    @property
+    def can_push(self) -> bool:
+        """Whether the host's grant lets notices out now."""
+
+    @property
+    def grant_changed(self) -> trio.Event:
+        """Set at the host's next grant (a new event after each)."""
+
+    async def request(self, method: str, params: Any) -> Response:
+        """Send a request and wait for its answer (the caller bounds the wait)."""
+
+
 class Delivery:
     """The push loop of one session."""
 
-    def __init__(self, session: "Session", rng: random.Random) -> None:
-        self.s = session
+    def __init__(self, peer: PushPeer, outbox: Outbox, observers: Observers,
+                 first_report: Callable[[Hashable], bool], rng: random.Random) -> None:
+        self.peer = peer
+        self.outbox = outbox
+        self.observers = observers
+        self.first_report = first_report      # log-once, across reconnects (the hub's)
         self.rng = rng
-        self.held: dict[str, str] = {}     # eventId -> the host's reason, until a grant or reconnect
+        # eventId -> (the host's reason, the grant it was refused under): held until a new
+        # grant or a reconnect (a new session, a new Delivery).
+        self.held: dict[str, tuple[str, trio.Event]] = {}
         self.draining = False
         self.running = False
         self.drained = trio.Event()        # set when run() has returned (drained, or the session ended)
@@ -94,15 +121,15 @@ class Delivery:
         self.draining = True
         self._drain_wake.set()
 
-    def release_holds(self) -> None:
-        if self.held:
-            log.info("caller %s: new grant, retrying %d held notice(s)", self._caller, len(self.held))
-        self.held.clear()
-
-    @property
-    def _caller(self) -> str:
-        assert self.s.caller is not None
-        return self.s.caller.name
+    def _holding(self, grant: trio.Event) -> set[str]:
+        """The notices still held: those refused under the current grant (a new grant
+        releases the others, to be tried again)."""
+        stale = [eid for eid, (_, under) in self.held.items() if under is not grant]
+        if stale:
+            log.info("caller %s: new grant, retrying %d held notice(s)", self.peer.caller_name, len(stale))
+            for eid in stale:
+                del self.held[eid]
+        return set(self.held)
 
     async def run(self) -> None:
         self.running = True
@@ -112,18 +139,18 @@ class Delivery:
             self.drained.set()
 
     async def _loop(self) -> None:
-        outbox = self.s.outbox
+        outbox, caller = self.outbox, self.peer.caller_name
         attempt = 0
         drain = self._drain_wake.wait
         while True:
-            granted = self.s.grant_changed
-            if not self.s.grant.can_push:
+            granted = self.peer.grant_changed
+            if not self.peer.can_push:
                 if self.draining:
                     return
                 await first_of(granted.wait, drain)
                 continue
-            added = outbox.changed_event(self._caller)
-            notice = outbox.next_pending(self._caller, skip=self.held)
+            added = outbox.changed_event(caller)
+            notice = outbox.next_pending(caller, skip=self._holding(granted))
             if notice is None:
                 outbox.flush()
                 if self.draining:
@@ -135,17 +162,17 @@ class Delivery:
             if verdict == "done":
                 outbox.ack(eid)
                 attempt = 0
-                self._observe("notice_delivered", self._caller, eid)
+                self.observers.notice_delivered(caller, eid)
             elif verdict == "refused":
-                self.held[eid] = reason
-                if self.s.hub.first_report((self._caller, eid, reason)):
+                self.held[eid] = (reason, self.peer.grant_changed)
+                if self.first_report((caller, eid, reason)):
                     log.warning("caller %s: the host refused notice %s (%s); it is held until the host "
-                                "grants again or reconnects", self._caller, eid, reason)
-                    self._observe("notice_failed", self._caller, eid, reason)
+                                "grants again or reconnects", caller, eid, reason)
+                    self.observers.notice_failed(caller, eid, reason)
             elif verdict == "wait-grant":
-                if self.s.hub.first_report((self._caller, "wait-grant", reason)):
+                if self.first_report((caller, "wait-grant", reason)):
                     log.warning("caller %s: the host has not granted pushEvents (%s); notices wait for "
-                                "its next grant", self._caller, reason)
+                                "its next grant", caller, reason)
                 if self.draining:
                     return
                 await first_of(granted.wait, drain)
@@ -157,19 +184,7 @@ class Delivery:
                 attempt += 1
 
     async def _push(self, notice: dict[str, Any]) -> tuple[str, str]:
-        try:
-            resp: Response = await self.s.request("push/event", notice, PUSH_TIMEOUT_S)
-        except trio.TooSlowError:
-            return "retry", "no answer"
-        return classify_answer(resp.result, resp.error)
-
-    def _observe(self, method: str, *args: Any) -> None:
-        """Telemetry observers (the supervisor's seam); never allowed to affect delivery."""
-        for obs in list(getattr(self.s.sup, "observers", None) or []):
-            fn = getattr(obs, method, None)
-            if fn is None:
-                continue
-            try:
-                fn(*args)
-            except Exception:
-                log.exception("observer %r failed in %s", obs, method)
+        with trio.move_on_after(PUSH_TIMEOUT_S):
+            resp = await self.peer.request("push/event", notice)
+            return classify_answer(resp.result, resp.error)
+        return "retry", "no answer"

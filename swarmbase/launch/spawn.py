@@ -147,7 +147,7 @@ class Child:
             if self._pidfd is not None:
                 os.close(self._pidfd)
                 self._pidfd = None
-        return self._popen.returncode  # type: ignore[return-value]
+        return self._popen.returncode
 
     async def aclose_streams(self) -> None:
         for stream in (self.stdin, self.stdout, self.stderr):

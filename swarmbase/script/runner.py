@@ -14,28 +14,19 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from .bridge import (  # noqa: F401
-    MAX_LOG_CHARS,
-    MEMORY_ERROR,
-    OOM_MARKERS,
-    AgentCallError,
-    Answered,
-    ProbeError,
-    RunnerLimits,
-    ScriptHost,
-    ScriptOutcome,
-    _Bridge,
-)
-from .launch.spec import LaunchSpec
-from .procs import group_process
-from .spawn import Limits
+from ..launch.procs import group_process
+from ..launch.spawn import Child, Limits
+from ..launch.spec import LaunchSpec, ProcessOpener
+from .bridge import MAX_LOG_CHARS, MEMORY_ERROR, OOM_MARKERS, _Bridge  # noqa: F401  (the runner's public face)
+from .host import AgentCallError, Answered, ProbeError, RunnerLimits, ScriptHost, ScriptOutcome  # noqa: F401
 
-def sandbox_dir(package: Path = Path(__file__).resolve().parent) -> Path:
+def sandbox_dir(package: Path = Path(__file__).resolve().parent.parent) -> Path:
     """Where runner.mjs and its modules are: inside the package when installed from a wheel
     (pyproject.toml maps sandbox/ to swarmbase/_sandbox/), else the checkout's sandbox/
     beside the package (editable installs, PYTHONPATH). Only files are looked at, never
@@ -73,8 +64,9 @@ def runner_spec(*, key: str, memory_mb: int, cpu_seconds: int, record: Mapping[s
 
 
 async def run_script(script: str, args: Any, host: ScriptHost, limits: RunnerLimits = RunnerLimits(),
-                     argv: list[str] | None = None, record: Path | None = None, launcher: Any = None,
-                     spec: LaunchSpec | None = None, opened: Any = None) -> ScriptOutcome:
+                     argv: list[str] | None = None, record: Path | None = None, launcher: ProcessOpener | None = None,
+                     spec: LaunchSpec | None = None,
+                     opened: AbstractAsyncContextManager[Child] | None = None) -> ScriptOutcome:
     """Run one script to its end. Cancelling the caller kills the runner's whole group.
     `opened`: a runner already started from `spec` (a warm spare's `use()`), else with a
     launcher and a spec the runner starts sandboxed through it; otherwise `argv` (or plain

@@ -13,12 +13,13 @@ from __future__ import annotations
 import os
 import signal
 from contextlib import asynccontextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, ContextManager, Mapping, Sequence
 
 import trio
 
-from . import fsutil
+from .. import fsutil
 from .spawn import Child, Limits, open_child
 
 TERM_GRACE_S = 2.0
@@ -67,7 +68,7 @@ async def group_process(argv: Sequence[str], *, env: Mapping[str, str], cwd: str
             await proc.wait()
             await proc.aclose_streams()
             if record is not None:
-                record.unlink(missing_ok=True)
+                await trio.to_thread.run_sync(partial(record.unlink, missing_ok=True))
 
 
 def reap_recorded_groups(procs_dir: Path) -> tuple[list[int], list[Path]]:
