@@ -20,6 +20,8 @@ import trio
 
 from . import progress_notice as pn
 from .runs.model import Run
+from .runs.observers import NoObserver
+from .runs.records import AgentRecord
 
 log = logging.getLogger("swarmbase.progress")
 
@@ -34,7 +36,7 @@ class NoticeQueue(Protocol):
     def notice(self, event_id: str) -> dict[str, Any] | None: ...
 
 
-class ProgressFeed:
+class ProgressFeed(NoObserver):
     def __init__(self, outbox: NoticeQueue, run_url: Callable[[str], str], redact: Callable[[str], str]) -> None:
         self.outbox = outbox
         self.run_url = run_url
@@ -48,20 +50,20 @@ class ProgressFeed:
         if kinds:
             self.runs[run.id] = (run, pn.RunProgress(kinds))
 
-    def agent_started(self, run: Run, rec: Any) -> None:
+    def agent_started(self, run: Run, rec: AgentRecord) -> None:
         state = self._state(run)
         if state is not None and not rec.workflow and state.phase is None:
             state.agents_seen = True
 
-    def phase(self, run: Run, title: str, path: str) -> None:
+    def phase(self, run: Run, title: str, workflow: str = "") -> None:
         state = self._state(run)
-        if state is None or path:          # a nested workflow's phases are steps of the root's
+        if state is None or workflow:          # a nested workflow's phases are steps of the root's
             return
         line = pn.on_phase(state, title)
         if line is not None:
             self._event(run, state, line)
 
-    def agent_ended(self, run: Run, rec: Any) -> None:
+    def agent_ended(self, run: Run, rec: AgentRecord) -> None:
         state = self._state(run)
         if state is None:
             return

@@ -2,29 +2,64 @@
 `inProcessThink` is on runs inside the daemon (engines/think_run.py); every agent with
 tools, and every agent of an engine that opted out, runs its CLI. The journal key is
 built before this choice (runs/agents.py), from the call alone, so a resume replays
-across the two paths."""
+across the two paths. Everything but `run` is the CLI engine's: the models, schema
+rules, token budget and prices an agent gets do not depend on the path."""
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 import attrs
 
+from ..config import Caller, PriceRow
 from .base import AgentIO, AgentJob, Engine
 from .verdict import Verdict
+
+
+class AgentRunner(Protocol):
+    """What the in-daemon path offers: it runs an agent; the rest is the CLI engine's."""
+    async def run(self, job: AgentJob, io: AgentIO) -> Verdict: ...
 
 
 @attrs.frozen
 class ThinkRouter:
     """An Engine: `cli` for agents with tools, `in_daemon` for think agents when `enabled`."""
     cli: Engine
-    in_daemon: Engine
+    in_daemon: AgentRunner
     enabled: bool
 
     @property
     def name(self) -> str:
         return self.cli.name
 
-    def engine_for(self, job: AgentJob) -> Engine:
-        return self.in_daemon if self.enabled and job.profile == "think" else self.cli
+    @property
+    def max_schema_bytes(self) -> int:
+        return self.cli.max_schema_bytes
+
+    @property
+    def cli_default_model(self) -> str | None:
+        return self.cli.cli_default_model
+
+    @property
+    def local_only(self) -> str | None:
+        return self.cli.local_only
+
+    def default_model(self, caller: Caller, run_model: str | None, phase_model: str | None) -> str | None:
+        return self.cli.default_model(caller, run_model, phase_model)
+
+    def token_budget(self, asked: int | None) -> int | None:
+        return self.cli.token_budget(asked)
+
+    def prepare_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        return self.cli.prepare_schema(schema)
+
+    def price(self, model: str | None) -> PriceRow | None:
+        return self.cli.price(model)
+
+    def runs_in_daemon(self, job: AgentJob) -> bool:
+        return self.enabled and job.profile == "think"
 
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict:
-        return await self.engine_for(job).run(job, io)
+        if self.runs_in_daemon(job):
+            return await self.in_daemon.run(job, io)
+        return await self.cli.run(job, io)

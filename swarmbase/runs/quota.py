@@ -40,12 +40,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 from .. import money, usage
 from ..config import Caller
+from ..jsonvalue import JsonObject
+from .model import Run
+from .records import AgentRecord
 
 WINDOWS = ("day", "month")
 LIMIT_KEY = {"day": "usdPerDay", "month": "usdPerMonth"}
@@ -92,7 +94,7 @@ class Window:
     def left(self) -> float:
         return max(0.0, self.limit - self.spent - self.reserved)
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JsonObject:
         return {"window": self.kind, "limitUsd": self.limit, "spentUsd": round(self.spent, 6),
                 "reservedUsd": round(self.reserved, 6), "leftUsd": round(self.left, 6),
                 "from": iso_z(self.start), "resetsAt": iso_z(self.end)}
@@ -107,8 +109,8 @@ class Window:
 
 @attrs.define(eq=False)
 class _Active:
-    run: Any                                  # swarmbase.runs.model.Run
-    agents: Mapping[int, Any]                 # n -> AgentRecord (the LiveRun's own dict)
+    run: Run
+    agents: Mapping[int, AgentRecord]         # the LiveRun's own dict
 
 
 # (caller, window start, window end) -> (run id, run dir) of the caller's ended runs that may hold
@@ -130,7 +132,7 @@ class QuotaBook:
         self._lock = threading.RLock()                    # `usage` reads from a worker thread
 
     # -- what the supervisor tells it ------------------------------------------
-    def admit(self, run: Any, agents: Mapping[int, Any]) -> None:
+    def admit(self, run: Run, agents: Mapping[int, AgentRecord]) -> None:
         with self._lock:
             self._fold_ended()          # also here: callers without a quota never ask for windows
             self._active[run.id] = _Active(run, agents)
@@ -235,7 +237,7 @@ class QuotaBook:
                 return w.refusal(budget_usd)
         return None
 
-    def view(self, caller: Caller) -> list[dict[str, Any]]:
+    def view(self, caller: Caller) -> list[JsonObject]:
         try:
             return [w.view() for w in self.windows(caller)]
         except QuotaPending as e:
@@ -243,7 +245,7 @@ class QuotaBook:
                     if limit_of(caller, k) is not None]
 
 
-def history_of(runs: Mapping[str, Any], run_dir: Callable[[Any], Path]) -> History:
+def history_of(runs: Mapping[str, Run], run_dir: Callable[[Run], Path]) -> History:
     """History from the supervisor's run table: a caller's ended runs that may hold agents
     ending in [lo, hi). Called on whichever thread primes; the table is copied first."""
     def history(caller: str, lo: float, hi: float) -> list[tuple[str, Path]]:
