@@ -21,6 +21,7 @@ from ..audit.rundirs import agent_files, chains_from_disk, end_files
 from ..prices import Tokens
 from ..procs import reap_recorded_groups
 from . import journal as journal_mod
+from . import retention
 from .model import TERMINAL, Run
 from .records import ENDED, AgentRecord, finished
 from .store import DamagedFile
@@ -51,6 +52,7 @@ def recover(sup: "Supervisor") -> list[Run]:
             shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
     interrupted = []
     renotified = []
+    retention.settle(cfg.state_dir)       # a retention pass a kill cut short: finished or undone
     for run in sup.store.load_all(lambda path, fault: report_damage(sup, path, fault)):
         sup.runs[run.id] = run
         if not run.active:
@@ -64,6 +66,7 @@ def recover(sup: "Supervisor") -> list[Run]:
             renotified.append(run.id)
         if not sup.keeps_work(run):
             sup.store.delete_work(run)
+    retention.load_archived(cfg.state_dir, sup.runs)
     sup.outbox.boot_done()
     if renotified:
         log.warning("queued the end notice of %d run(s) again: outbox.jsonl had lost it (a torn or damaged "

@@ -34,6 +34,7 @@ from .deferred import Deferred
 from .run_request import RunRefused
 from .journal import Journal
 from .live import LiveRun
+from .retention import RetentionPass
 from .model import Run, iso, new_run_id
 from .naming import leading_comment
 from .records import ENDED, AgentRecord, Redactor, redact_value
@@ -96,6 +97,11 @@ class Supervisor:
         daemon become interrupted; ended runs' work dirs are swept unless kept."""
         return boot.recover(self)
 
+    def retention_pass(self) -> RetentionPass:
+        assert self.cfg.retention is not None
+        return RetentionPass(self.cfg.retention, self.cfg.state_dir, self.runs, self.store.dir, changed=self.changed,
+                             busy=lambda r: r.active or r.id in self.live or r.id in self.unsaved)
+
     def keeps_work(self, run: Run) -> bool:
         return run.keep_work or not self.cfg.deleteWorkOnEnd
 
@@ -105,6 +111,8 @@ class Supervisor:
             nursery.start_soon(self._resave_loop)
             if self.spares is not None:
                 nursery.start_soon(self.spares.serve)
+            if self.cfg.retention is not None:
+                nursery.start_soon(self.retention_pass().serve)
             for run in resume or []:
                 self._resume_on_boot(run)
             task_status.started()
@@ -435,6 +443,9 @@ class Supervisor:
         old = self.get(caller.name, run_id)
         if old.active:
             raise RunRefused(f"run {old.id} is still {old.status}; cancel it or let it end before resuming")
+        if old.archived_at is not None:
+            raise RunRefused(f"run {old.id} was archived by the daemon's retention policy; an archived run can be "
+                             f"read (status, result, audit, the dashboard) but not resumed")
         waiting = self.deferred.journal_now(old.id)     # its paid results first, or they would run again
         if waiting is not None:
             raise RunRefused(f"cannot resume {old.id}: {waiting}; retry once the disk has space")

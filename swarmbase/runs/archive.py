@@ -1,0 +1,264 @@
+"""Archived runs on disk: one zip per run in <state>/runs-archive/, and an index of them.
+
+    runs-archive/<dirName>.zip     the run dir's regular files, deflated, paths relative
+    runs-archive/index.jsonl       one line per archive: {dirName, archivedAt, run}
+    runs-archive/.open/<dirName>/  archives opened for reading (dashboard, tools), a few kept
+
+Zip, not tar.gz: a reader opens one member (run.json, one agent's transcript) without
+inflating the whole run, and the stdlib writes and reads it. Symlinks are never followed
+or stored (an agent's work dir is not trusted).
+
+Crash safety. Archiving writes `.tmp-<dirName>.zip`, fsyncs it, renames it into place and
+fsyncs the folder; appends the index line; renames the run dir to `runs/.pruned-<dirName>`
+(boot's loader skips dot names) and removes it. A kill -9 at any point leaves either the
+run dir (a temp zip, removed at the next boot: undone) or a whole zip (a run dir beside
+it, or a `.pruned-` one, is removed at the next boot: finished). The zip is the truth and
+the index only a cache of each archive's run.json, so boot never opens 100,000 zips: it
+reads the index and lists the folder, reading the run.json of an archive the index lacks
+and dropping lines whose archive is gone.
+
+The index line keeps what `list`, `status` and the run list show; args, history and the
+seal stay in the archive's run.json (an index line is ~0.5 KB, a run.json ~2-5 KB).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import stat
+import time
+import zipfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from .. import fsutil
+from .model import Run
+
+log = logging.getLogger("swarmbase.archive")
+
+ROOT = "runs-archive"
+INDEX = "index.jsonl"
+OPEN = ".open"
+PRUNED = ".pruned-"
+TMP = ".tmp-"
+OPEN_KEPT = 16              # opened archives kept extracted for the dashboard and tools
+INDEX_DROPPED = ("args", "history", "link", "end")
+
+
+def root(state_dir: Path) -> Path:
+    return state_dir / ROOT
+
+
+def zip_path(state_dir: Path, dir_name: str) -> Path:
+    return root(state_dir) / f"{dir_name}.zip"
+
+
+def open_dir(state_dir: Path, dir_name: str) -> Path:
+    """Where an archived run reads from once opened (store.dir of an archived run)."""
+    return root(state_dir) / OPEN / dir_name
+
+
+# -- writing ---------------------------------------------------------------------------
+def _members(run_dir: Path) -> Iterator[tuple[Path, str]]:
+    """(path, name in the zip) of every regular file under run_dir, never through a symlink."""
+    for top, dirs, files in os.walk(run_dir, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            p = Path(top) / name
+            if stat.S_ISREG(os.lstat(p).st_mode):
+                yield p, p.relative_to(run_dir).as_posix()
+
+
+def write(run_dir: Path, dest: Path) -> tuple[int, int]:
+    """The run dir as a zip at `dest`, durable before it appears under that name. Returns
+    (bytes of the files, bytes of the zip)."""
+    tmp = dest.with_name(TMP + dest.name)
+    raw = 0
+    try:
+        with open(tmp, "wb") as f:
+            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as z:
+                for path, name in _members(run_dir):
+                    z.write(path, name)
+                    raw += path.stat().st_size
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsutil.fsync_file(dest.parent)
+    return raw, dest.stat().st_size
+
+
+def index_line(run_json: dict[str, Any], archived_at: float) -> dict[str, Any]:
+    return {"dirName": run_json.get("dirName"), "archivedAt": archived_at,
+            "run": {k: v for k, v in run_json.items() if k not in INDEX_DROPPED}}
+
+
+def append_index(state_dir: Path, lines: list[dict[str, Any]]) -> None:
+    fsutil.append_lines(root(state_dir) / INDEX, lines)
+
+
+def remove_dir(run_dir: Path) -> None:
+    """A run dir gone for good: renamed out of the loader's sight first, so a crash mid-way
+    leaves a `.pruned-` dir that the next boot removes, never a half run."""
+    gone = run_dir.with_name(PRUNED + run_dir.name)
+    os.replace(run_dir, gone)
+    fsutil.fsync_file(run_dir.parent)
+    shutil.rmtree(gone, ignore_errors=True)
+
+
+def archive_run(state_dir: Path, run_dir: Path, now: float) -> tuple[dict[str, Any], int, int]:
+    """Archive one ended run's dir and remove it (see the module docstring for the order).
+    Returns (its index line, bytes of its files, bytes of its zip)."""
+    root(state_dir).mkdir(mode=0o700, exist_ok=True)
+    run_json = fsutil.read_json(run_dir / "run.json")
+    if not isinstance(run_json, dict):
+        raise ValueError(f"{run_dir.name}/run.json cannot be read")
+    raw, packed = write(run_dir, zip_path(state_dir, run_dir.name))
+    line = index_line(run_json, now)
+    append_index(state_dir, [line])
+    remove_dir(run_dir)
+    return line, raw, packed
+
+
+# -- boot ------------------------------------------------------------------------------
+def _whole(path: Path) -> bool:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.testzip() is None and "run.json" in z.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def settle(state_dir: Path) -> list[str]:
+    """Finish or undo what a killed daemon left half done, before runs are loaded: temp
+    zips and opened copies removed, a run dir beside its whole archive (or renamed for
+    removal) removed. Returns what it did, one line each."""
+    done: list[str] = []
+    arch, runs = root(state_dir), state_dir / "runs"
+    if arch.is_dir():
+        shutil.rmtree(arch / OPEN, ignore_errors=True)
+        for p in arch.iterdir():
+            if p.name.startswith(TMP):
+                p.unlink(missing_ok=True)
+                done.append(f"removed the unfinished archive {p.name}")
+    if runs.is_dir():
+        for p in runs.iterdir():
+            if p.name.startswith(PRUNED):
+                shutil.rmtree(p, ignore_errors=True)
+                done.append(f"finished removing {p.name[len(PRUNED):]}")
+            elif p.is_dir() and (z := zip_path(state_dir, p.name)).is_file():
+                if _whole(z):
+                    remove_dir(p)
+                    done.append(f"finished archiving {p.name}")
+                else:                 # cannot happen after an fsynced rename; kept safe anyway
+                    z.unlink()
+                    done.append(f"removed a damaged archive of {p.name}; the run dir is kept")
+    return done
+
+
+def read_member(path: Path, name: str) -> bytes | None:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.read(name)
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return None
+
+
+def load_index(state_dir: Path) -> list[tuple[Run, float]]:
+    """Every archived run (from the index; an archive it lacks from the archive's own
+    run.json, added to it), with when it was archived. Lines whose archive is gone, and
+    ones that do not parse, are left out (and the index rewritten without them)."""
+    arch = root(state_dir)
+    if not arch.is_dir():
+        return []
+    zips = {e.name[:-4] for e in os.scandir(arch) if e.name.endswith(".zip") and not e.name.startswith(".")}
+    lines, _ = fsutil.read_lines(arch / INDEX)
+    found: dict[str, tuple[Run, float, dict[str, Any]]] = {}
+    stale = 0
+    for line in lines:
+        try:
+            name, at = line["dirName"], float(line["archivedAt"])
+            if name not in zips:
+                raise ValueError("no archive")
+            found[name] = (Run.from_json(line["run"]), at, line)
+        except (ValueError, KeyError, TypeError):
+            stale += 1
+    added = []
+    for name in sorted(zips - found.keys()):
+        raw = read_member(arch / f"{name}.zip", "run.json")
+        try:
+            data = json.loads(raw) if raw is not None else None
+            line = index_line(data, os.stat(arch / f"{name}.zip").st_mtime)
+            found[name] = (Run.from_json(line["run"]), line["archivedAt"], line)
+            added.append(line)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("archive %s.zip: its run.json cannot be read; not listed", name)
+    if stale:
+        fsutil.write_atomic(arch / INDEX, b"".join(json.dumps(v[2], ensure_ascii=False, separators=(",", ":"))
+                                                   .encode() + b"\n" for v in found.values()))
+    elif added:
+        append_index(state_dir, added)
+    return [(run, at) for run, at, _ in found.values() if run.dir_name in zips]
+
+
+# -- reading ---------------------------------------------------------------------------
+def _safe_name(name: str) -> bool:
+    parts = name.split("/")
+    return not name.startswith("/") and "\\" not in name and all(p not in ("", ".", "..") for p in parts)
+
+
+def extract(zip_file: Path, dest: Path) -> None:
+    """Every member of an archive under `dest` (created), files 0600 and folders 0700;
+    a member named outside `dest` is refused (the daemon never writes one)."""
+    dest.mkdir(mode=0o700, parents=True)
+    with zipfile.ZipFile(zip_file) as z:
+        for info in z.infolist():
+            if info.is_dir():
+                continue
+            if not _safe_name(info.filename):
+                raise ValueError(f"{zip_file.name}: member {info.filename[:80]!r} is not a run file")
+            target = dest / info.filename
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with z.open(info) as src, open(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+                                           "wb") as out:
+                shutil.copyfileobj(src, out)
+
+
+def open_run(state_dir: Path, dir_name: str) -> Path:
+    """The archive extracted under .open/ (once; the least recently opened beyond
+    OPEN_KEPT removed), for readers that take a run dir. Call it in a worker thread."""
+    dest = open_dir(state_dir, dir_name)
+    if dest.is_dir():
+        os.utime(dest)
+        return dest
+    dest.parent.mkdir(mode=0o700, exist_ok=True)
+    tmp = dest.with_name(f"{TMP}{dir_name}-{os.getpid()}-{time.monotonic_ns()}")
+    extract(zip_path(state_dir, dir_name), tmp)
+    try:
+        os.rename(tmp, dest)
+    except OSError:                    # opened meanwhile by another reader
+        shutil.rmtree(tmp, ignore_errors=True)
+    _evict(dest.parent, keep=dest)
+    return dest
+
+
+def _evict(folder: Path, keep: Path) -> None:
+    opened = sorted((p for p in folder.iterdir() if not p.name.startswith(TMP) and p != keep),
+                    key=lambda p: p.stat().st_mtime)
+    for p in opened[: max(0, len(opened) + 1 - OPEN_KEPT)]:
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def full_record(state_dir: Path, dir_name: str) -> dict[str, Any] | None:
+    """An archived run's whole run.json (args, history, seal), read from its zip."""
+    raw = read_member(zip_path(state_dir, dir_name), "run.json")
+    try:
+        data = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
