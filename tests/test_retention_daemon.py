@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import trio
 
 from swarmbase.client import connect
 
+from . import gen_runs
 from .clidaemon import cli_daemon, fake_cli_config
 
 OK = "phase('work');\nconst a = await agent('noop first', {label: 'one'});\nreturn {answer: a, n: 1};"
@@ -144,3 +146,41 @@ def test_a_bad_retention_config_is_refused(tmp_path: Path, retention: Any, messa
                        env=dict(os.environ, SWARMBASE_CONFIG=str(cfg)))
     assert p.returncode == 2 and message in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+@pytest.mark.timeout(300)
+async def test_kill_9_mid_archive_then_a_clean_boot(tmp_path: Path) -> None:
+    cfg, tokens = fake_cli_config(tmp_path, callers=gen_runs.CALLERS)
+    state = tmp_path / "state"
+    runs = gen_runs.generate(state, 400)
+    set_retention(cfg, {"maxRuns": 1})
+    names = {r.dir_name for r in runs}
+
+    def on_disk() -> tuple[set[str], set[str]]:
+        dirs = {p.name for p in (state / "runs").iterdir() if p.is_dir() and not p.name.startswith(".")}
+        zips = {p.name[:-4] for p in (state / "runs-archive").glob("*.zip") if not p.name.startswith(".")}
+        return dirs, zips
+
+    async with cli_daemon(cfg) as d:
+        with trio.fail_after(120):
+            await wait_for(lambda: (state / "runs-archive").is_dir() and on_disk()[1])
+        d.proc.kill()                              # mid-pass: the first archives are done
+        await d.proc.wait()
+    dirs, zips = on_disk()
+    pruned = {p.name[len(".pruned-"):] for p in (state / "runs").glob(".pruned-*")}
+    assert dirs | zips | pruned == names and len(zips) < 397       # nothing lost, the pass cut short
+    async with cli_daemon(cfg) as d:
+        with trio.fail_after(180):
+            await wait_for(lambda: len(on_disk()[1]) == 397)
+            async with connect(d.ws, tokens["alice"]) as h:
+                await h.handshake()
+                listed = (await h.tool("list", {"limit": 500}))["structuredContent"]["runs"]
+    dirs, zips = on_disk()
+    assert not dirs & zips and dirs | zips == names and len(dirs) == 3
+    assert not list((state / "runs").glob(".pruned-*")) and not list((state / "runs-archive").glob(".tmp-*"))
+    assert all(zipfile.ZipFile(state / "runs-archive" / f"{z}.zip").testzip() is None for z in zips)
+    lines = [json.loads(x) for x in (state / "runs-archive" / "index.jsonl").read_text().splitlines()]
+    assert sorted({x["dirName"] for x in lines}) == sorted(zips)
+    mine = [r for r in runs if r.caller == "alice"]
+    assert len(listed) == len(mine) and sum("archivedAt" not in r for r in listed) == 1
+    assert "Traceback" not in d.stderr.decode(errors="replace")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, MutableMapping
+from typing import Any, Awaitable, Callable, MutableMapping
 
 import attrs
 import trio
@@ -68,6 +68,7 @@ class RetentionPass:
     busy: Callable[[Run], bool]               # live, or final records still held in memory
     changed: Callable[[Run], None]            # tell the dashboard and watchers
     now: Callable[[], float] = time.time      # wall clock: runs' end times are wall times
+    in_thread: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync
     passes: int = 0
 
     async def serve(self) -> None:
@@ -93,7 +94,7 @@ class RetentionPass:
             d = self.run_dir(run)
             try:
                 if self.policy.action == "archive":
-                    line, raw, packed = await trio.to_thread.run_sync(archive.archive_run, self.state_dir, d,
+                    line, raw, packed = await self.in_thread(archive.archive_run, self.state_dir, d,
                                                                       self.now())
                     run.archived_at = line["archivedAt"]
                     report.archived += 1
@@ -101,7 +102,7 @@ class RetentionPass:
                     report.zip_bytes += packed
                     self.changed(run)
                 else:
-                    await trio.to_thread.run_sync(archive.remove_dir, d)
+                    await self.in_thread(archive.remove_dir, d)
                     self.runs.pop(run.id, None)
                     report.deleted += 1
             except (OSError, ValueError) as e:
