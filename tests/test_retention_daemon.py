@@ -17,6 +17,7 @@ import httpx
 import pytest
 import trio
 
+from swarmbase import usage
 from swarmbase.client import connect
 
 from . import gen_runs
@@ -73,6 +74,7 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
                 newer = await run_and_wait(h, OK)
                 before = (await h.tool("status", {"runId": old}))["structuredContent"]
                 result_before = (await h.tool("result", {"runId": old}))["structuredContent"]["text"]
+                usage_before = (await h.tool("usage", {}))["structuredContent"]
     end_hash = notice["origin"]["endHash"]
     (old_dir,) = run_dir(state, old)
     transcript = (old_dir / "agents" / "1" / "transcript.jsonl").read_bytes()
@@ -91,6 +93,7 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
                 result = (await h.tool("result", {"runId": old}))["structuredContent"]
                 listed = (await h.tool("list", {}))["structuredContent"]["runs"]
                 resumed = await h.tool("resume", {"runId": old})
+                usage_after = (await h.tool("usage", {}))["structuredContent"]
             async with httpx.AsyncClient(base_url=base) as c:
                 run_page = await c.get(f"/runs/{old}")
                 agent_page = await c.get(f"/runs/{old}/agents/1", params={"raw": "1"})
@@ -102,6 +105,9 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
     rows = {r["runId"]: r for r in listed}
     assert "archivedAt" in rows[old] and "archivedAt" not in rows[newer] and "archivedAt" not in rows[failed]
     assert resumed["isError"] and "archived" in resumed["content"][0]["text"]
+    # Spend still counts the archived run's agent, in the daemon and in `swarmbase usage`.
+    assert usage_after == usage_before and usage_before["totals"]["agents"] == 3
+    assert usage.report_for_state(state, caller="alice") == usage_before
     assert run_page.status_code == 200 and 'id="run-archived"' in run_page.text
     assert "return {answer: a, n: 1}" in run_page.text.replace("&#39;", "'")
     assert agent_page.status_code == 200

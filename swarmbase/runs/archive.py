@@ -161,6 +161,30 @@ def settle(state_dir: Path) -> list[str]:
     return done
 
 
+def agent_records(zip_file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(n, agent.json) of every agent in an archive whose record parses (as
+    audit.rundirs.agent_records reads a run dir)."""
+    try:
+        with zipfile.ZipFile(zip_file) as z:
+            names = {int(m.split("/")[1]): m for m in z.namelist()
+                     if m.startswith("agents/") and m.endswith("/agent.json") and m.split("/")[1].isdigit()}
+            for n in sorted(names):
+                try:
+                    rec = json.loads(z.read(names[n]))
+                except ValueError:
+                    continue
+                if isinstance(rec, dict):
+                    yield n, rec
+    except (OSError, zipfile.BadZipFile):
+        return
+
+
+def index_lines(state_dir: Path) -> list[dict[str, Any]]:
+    """The archive index as written (for readers outside the daemon: `swarmbase usage`)."""
+    lines, _ = fsutil.read_lines(root(state_dir) / INDEX)
+    return [x for x in lines if isinstance(x, dict) and isinstance(x.get("run"), dict)]
+
+
 def read_member(path: Path, name: str) -> bytes | None:
     try:
         with zipfile.ZipFile(path) as z:
