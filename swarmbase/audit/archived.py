@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..runs.archive import extract, root
 from .rundirs import RunIndex, read_json
@@ -31,7 +31,8 @@ def opened(idx: RunIndex, run_id: str) -> Iterator[RunIndex]:
     """`idx` with the archived ones among `run_id` and the runs it resumed added."""
     tmp: Path | None = None
     try:
-        rid, seen = run_id, set()
+        rid: Any = run_id
+        seen: set[str] = set()
         while isinstance(rid, str) and rid not in seen and len(seen) < MAX_CHAIN:
             seen.add(rid)
             if rid not in idx.dirs:

@@ -217,10 +217,12 @@ def load_index(state_dir: Path) -> list[tuple[Run, float]]:
         raw = read_member(arch / f"{name}.zip", "run.json")
         try:
             data = json.loads(raw) if raw is not None else None
+            if not isinstance(data, dict):
+                raise ValueError("no run.json")
             line = index_line(data, os.stat(arch / f"{name}.zip").st_mtime)
             found[name] = (Run.from_json(line["run"]), line["archivedAt"], line)
             added.append(line)
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError):
             log.warning("archive %s.zip: its run.json cannot be read; not listed", name)
     if stale:
         fsutil.write_atomic(arch / INDEX, b"".join(json.dumps(v[2], ensure_ascii=False, separators=(",", ":"))

@@ -85,10 +85,11 @@ class RetentionPass:
     async def run_once(self) -> PassReport:
         started = time.monotonic()
         report = PassReport()
-        picked = select(list(self.runs.values()), self.policy, self.now(), self.busy, self._has_journal)
+        picked: list[Run] = select(list(self.runs.values()), self.policy, self.now(), self.busy, self._has_journal)
         for run in picked:
+            held = self.runs.get(run.id)
             # Checked again at its turn: a resume of it (or a run resumed from it) may be running.
-            if self.runs.get(run.id) is not run or run.archived_at is not None or run.active or self.busy(run) \
+            if held is not run or run.archived_at is not None or run.active or self.busy(run) \
                     or (run.resumed_as is not None and self.busy_id(run.resumed_as)):
                 continue
             d = self.run_dir(run)
