@@ -140,18 +140,23 @@ def settle(state_dir: Path) -> list[str]:
     removal) removed. Returns what it did, one line each."""
     done: list[str] = []
     arch, runs = root(state_dir), state_dir / "runs"
+    zips: set[str] = set()            # listed once: boot must not stat every run dir's zip
     if arch.is_dir():
         shutil.rmtree(arch / OPEN, ignore_errors=True)
-        for p in arch.iterdir():
-            if p.name.startswith(TMP):
-                p.unlink(missing_ok=True)
-                done.append(f"removed the unfinished archive {p.name}")
+        for e in os.scandir(arch):
+            if e.name.startswith(TMP):
+                os.unlink(e.path)
+                done.append(f"removed the unfinished archive {e.name}")
+            elif e.name.endswith(".zip"):
+                zips.add(e.name[: -len(".zip")])
     if runs.is_dir():
-        for p in runs.iterdir():
-            if p.name.startswith(PRUNED):
+        for e in os.scandir(runs):
+            p = Path(e.path)
+            if e.name.startswith(PRUNED):
                 shutil.rmtree(p, ignore_errors=True)
-                done.append(f"finished removing {p.name[len(PRUNED):]}")
-            elif p.is_dir() and (z := zip_path(state_dir, p.name)).is_file():
+                done.append(f"finished removing {e.name[len(PRUNED):]}")
+            elif e.name in zips and e.is_dir(follow_symlinks=False):
+                z = zip_path(state_dir, e.name)
                 if _whole(z):
                     remove_dir(p)
                     done.append(f"finished archiving {p.name}")
@@ -193,6 +198,22 @@ def read_member(path: Path, name: str) -> bytes | None:
         return None
 
 
+def _index_lines(path: Path) -> Iterator[tuple[bytes, Any]]:
+    """(raw line, parsed or None) of the index, one at a time: read whole, a 100,000-run
+    index parsed at once would leave its peak in the daemon's RSS."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        for raw in f:
+            if raw.strip():
+                try:
+                    yield raw, json.loads(raw)
+                except ValueError:
+                    yield raw, None
+
+
 def load_index(state_dir: Path) -> list[tuple[Run, float]]:
     """Every archived run (from the index; an archive it lacks from the archive's own
     run.json, added to it), with when it was archived. Lines whose archive is gone, and
@@ -201,15 +222,14 @@ def load_index(state_dir: Path) -> list[tuple[Run, float]]:
     if not arch.is_dir():
         return []
     zips = {e.name[:-4] for e in os.scandir(arch) if e.name.endswith(".zip") and not e.name.startswith(".")}
-    lines, _ = fsutil.read_lines(arch / INDEX)
-    found: dict[str, tuple[Run, float, dict[str, Any]]] = {}
+    found: dict[str, tuple[Run, float]] = {}
     stale = 0
-    for line in lines:
+    for _, line in _index_lines(arch / INDEX):
         try:
             name, at = line["dirName"], float(line["archivedAt"])
-            if name not in zips:
-                raise ValueError("no archive")
-            found[name] = (Run.from_json(line["run"]), at, line)
+            if name not in zips or name in found:
+                raise ValueError("no archive, or a second line")
+            found[name] = (Run.from_json(line["run"]), at)
         except (ValueError, KeyError, TypeError):
             stale += 1
     added = []
@@ -220,16 +240,28 @@ def load_index(state_dir: Path) -> list[tuple[Run, float]]:
             if not isinstance(data, dict):
                 raise ValueError("no run.json")
             line = index_line(data, os.stat(arch / f"{name}.zip").st_mtime)
-            found[name] = (Run.from_json(line["run"]), line["archivedAt"], line)
+            found[name] = (Run.from_json(line["run"]), line["archivedAt"])
             added.append(line)
         except (OSError, ValueError, KeyError, TypeError):
             log.warning("archive %s.zip: its run.json cannot be read; not listed", name)
     if stale:
-        fsutil.write_atomic(arch / INDEX, b"".join(json.dumps(v[2], ensure_ascii=False, separators=(",", ":"))
-                                                   .encode() + b"\n" for v in found.values()))
+        _rewrite_index(arch / INDEX, set(found), added)
     elif added:
         append_index(state_dir, added)
-    return [(run, at) for run, at, _ in found.values() if run.dir_name in zips]
+    return list(found.values())
+
+
+def _rewrite_index(path: Path, keep: set[str], added: list[dict[str, Any]]) -> None:
+    """The index with one line per archive in `keep` (the first good one) plus `added`."""
+    out, seen = [], set()
+    for raw, line in _index_lines(path):
+        name = line.get("dirName") if isinstance(line, dict) else None
+        if name in keep and name not in seen and isinstance(line.get("run"), dict):
+            seen.add(name)
+            out.append(raw if raw.endswith(b"\n") else raw + b"\n")
+    out += [json.dumps(x, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for x in added
+            if x["dirName"] not in seen]
+    fsutil.write_atomic(path, b"".join(out))
 
 
 # -- reading ---------------------------------------------------------------------------
