@@ -81,7 +81,8 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
     assert (run_dir(state, failed)[0] / "journal.jsonl").stat().st_size > 0
 
     # 2. maxRuns 1: at boot the old run is archived; the failed one is resumable and kept.
-    set_retention(cfg, {"maxRuns": 1})
+    #    Then, every 3 s, the periodic pass: a new run ends and the one before it goes.
+    set_retention(cfg, {"maxRuns": 1, "intervalMinutes": 0.05})
     async with cli_daemon(cfg) as d:
         base = d.ws.split("/mcpl")[0].replace("ws://", "http://")
         with trio.fail_after(120):
@@ -94,6 +95,11 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
                 listed = (await h.tool("list", {}))["structuredContent"]["runs"]
                 resumed = await h.tool("resume", {"runId": old})
                 usage_after = (await h.tool("usage", {}))["structuredContent"]
+                usage_cli = usage.report_for_state(state, caller="alice")        # what `swarmbase usage` reads
+                assert not archive_of(state, newer)
+                latest = await run_and_wait(h, OK)
+                await wait_for(lambda: archive_of(state, newer) and not run_dir(state, newer))
+                assert run_dir(state, latest) and run_dir(state, failed)
             async with httpx.AsyncClient(base_url=base) as c:
                 run_page = await c.get(f"/runs/{old}")
                 agent_page = await c.get(f"/runs/{old}/agents/1", params={"raw": "1"})
@@ -107,13 +113,14 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
     assert resumed["isError"] and "archived" in resumed["content"][0]["text"]
     # Spend still counts the archived run's agent, in the daemon and in `swarmbase usage`.
     assert usage_after == usage_before and usage_before["totals"]["agents"] == 3
-    assert usage.report_for_state(state, caller="alice") == usage_before
+    assert usage_cli == usage_before
     assert run_page.status_code == 200 and 'id="run-archived"' in run_page.text
     assert "return {answer: a, n: 1}" in run_page.text.replace("&#39;", "'")
     assert agent_page.status_code == 200
     raw = agent_page.json()
     assert raw["agent"]["label"] == "one" and len(raw["transcript"]) == transcript.count(b"\n")
-    assert archived_list.status_code == 200 and old in archived_list.text and newer not in archived_list.text
+    assert archived_list.status_code == 200 and old in archived_list.text and newer in archived_list.text
+    assert latest not in archived_list.text
     assert verdict["status"] == "intact", verdict
 
     # 3. The audit reads the archive: every chain and the notice's end-record hash verify.
@@ -123,7 +130,7 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
     assert code == 1 and f"not the expected {'0' * 64}" in text, text
 
     # 4. Delete mode, resumable runs included when asked: the failed run goes for good; the
-    #    archive stays readable; the newest run stays.
+    #    archives stay readable; the newest run stays.
     set_retention(cfg, {"maxRuns": 1, "action": "delete", "keepResumable": False})
     async with cli_daemon(cfg) as d:
         with trio.fail_after(120):
@@ -133,7 +140,7 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
                 gone = await h.tool("status", {"runId": failed})
                 still = (await h.tool("result", {"runId": old}))["structuredContent"]
     assert gone["isError"] and "no run" in gone["content"][0]["text"]
-    assert still["text"] == result_before and run_dir(state, newer) and archive_of(state, old)
+    assert still["text"] == result_before and run_dir(state, latest) and archive_of(state, old)
     assert not list((state / "runs").glob(".pruned-*")) and not list((state / "runs-archive").glob(".tmp-*"))
     assert "Traceback" not in d.stderr.decode(errors="replace")
 

@@ -42,7 +42,7 @@ class Retention:
     action: Literal["archive", "delete"] = _f("action", "archive")
     keepResumable: bool = _f("keepResumable", True)
     # How often the pass runs after the one at boot.
-    intervalMinutes: float = _f("intervalMinutes", 60, lo=1, hi=7 * 24 * 60)
+    intervalMinutes: float = _f("intervalMinutes", 60, lo=0.05, hi=7 * 24 * 60)
 
 
 def check(r: Optional[Retention]) -> None:
