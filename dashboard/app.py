@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import jinja2
+import trio
 from quart import (Blueprint, Quart, Response, abort, jsonify, make_response, redirect, request,
                    send_from_directory, websocket)
 from werkzeug.exceptions import HTTPException
@@ -202,6 +203,13 @@ def register(app: Quart, services: Served) -> None:
                         "loopLag": services.lag.figures()})
 
     # -- pages ----------------------------------------------------------------------------
+    async def opened(run: Any) -> Any:
+        """An archived run's files opened from its zip (in a worker thread), its whole record
+        returned; any other run as it is."""
+        if run.archived_at is None:
+            return run
+        return await trio.to_thread.run_sync(sup.store.open_archived, run)
+
     @bp.get("/")
     async def run_list() -> Any:
         try:
@@ -214,7 +222,7 @@ def register(app: Quart, services: Served) -> None:
         rows = [pages.list_row(r) for r in found]
         first_page = query.before is None
         return await render_template(
-            "list.html", rows=rows, query=query, callers=index.callers, statuses=listing.STATUSES,
+            "list.html", rows=rows, query=query, callers=index.callers, statuses=listing.FILTERS,
             after=after, first_page=first_page, damaged=pages.damaged(), admin=False,
             from_=request.args.get("from", ""), to=request.args.get("to", ""),
             next_url=("/?" + urlencode(query.params(before=next_cursor, **{"from": request.args.get("from", ""),
@@ -230,6 +238,7 @@ def register(app: Quart, services: Served) -> None:
         run = sup.runs.get(run_id) or abort(404)
         hub.watch(run.id, ended=not run.active)     # fixes the stream's floor before `after`
         after = hub.seq
+        run = await opened(run)
         view = pages.run_view(run)
         result = runs_store.result_text(run) if run.status == "completed" else None
         return await render_template(
@@ -241,6 +250,7 @@ def register(app: Quart, services: Served) -> None:
         run = sup.runs.get(run_id) or abort(404)
         hub.watch(agent_key(run.id, n), ended=agent_ended(run, n))
         after = hub.seq
+        run = await opened(run)
         view = pages.agent_view(run, n) or abort(404)
         if request.args.get("raw"):
             return jsonify({"agent": view["record"], "options": view["options"], "transcript": view["entries"]})

@@ -15,6 +15,7 @@ from typing import Any
 import trio
 from quart import Blueprint, Quart, jsonify, send_from_directory
 
+from swarmbase.audit import archived
 from swarmbase.audit.rundirs import RunIndex
 from swarmbase.audit.verify import verify_run
 
@@ -24,10 +25,10 @@ HERE = Path(__file__).resolve().parent
 
 
 def verdict(state_dir: Path, run_id: str) -> dict[str, Any] | None:
-    idx = RunIndex.around(state_dir, run_id)
-    if run_id not in idx.dirs:
-        return None
-    return verify_run(idx, run_id).to_json()
+    with archived.opened(RunIndex.around(state_dir, run_id), run_id) as idx:
+        if run_id not in idx.dirs:
+            return None
+        return verify_run(idx, run_id).to_json()
 
 
 def register_audit(app: Quart, services: Served) -> None:

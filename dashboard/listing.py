@@ -18,6 +18,8 @@ import attrs
 PAGE = 150
 PAGE_MIN, PAGE_MAX = 20, 200
 STATUSES = ("queued", "running", "completed", "failed", "cancelled", "interrupted")
+ARCHIVED = "archived"         # ?status=archived: the runs retention archived (any status)
+FILTERS = STATUSES + (ARCHIVED,)
 
 
 class QueryError(ValueError):
@@ -68,8 +70,8 @@ def cursor(created_at: float, run_id: str) -> str:
 
 def parse(args: Mapping[str, str]) -> Query:
     status = (args.get("status") or "").strip()
-    if status and status not in STATUSES:
-        raise QueryError(f"?status= must be one of {', '.join(STATUSES)}, got {status[:40]!r}")
+    if status and status not in FILTERS:
+        raise QueryError(f"?status= must be one of {', '.join(FILTERS)}, got {status[:40]!r}")
     try:
         limit = int(args.get("n") or PAGE)
     except ValueError:
@@ -124,7 +126,10 @@ class RunIndex:
 
 
 def matches(run: Any, query: Query, q: str, label_of: Callable[[Any], str]) -> bool:
-    if query.status and run.status != query.status:
+    if query.status == ARCHIVED:
+        if getattr(run, "archived_at", None) is None:
+            return False
+    elif query.status and run.status != query.status:
         return False
     if query.caller and run.caller != query.caller:
         return False

@@ -83,7 +83,8 @@ class Pages:
         return {"id": run.id, "label": self.label(run), "caller": run.caller, "status": run.status,
                 "spent": views.usd(run.spent_usd), "estimated": bool(run.spent_estimated),
                 "budget": views.usd(run.budget_usd), "done": run.agents_done, "total": run.agents_total,
-                "created": run.created_at, "ended": run.ended_at, "error": run.error or ""}
+                "created": run.created_at, "ended": run.ended_at, "error": run.error or "",
+                "archived": run.archived_at is not None}
 
     def damaged(self) -> list[dict[str, Any]]:
         return [d for d in self.store.damaged if isinstance(d, dict)]

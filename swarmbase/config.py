@@ -22,6 +22,7 @@ from . import identity, jsonc
 from .config_schema import ConfigError, check_object, converter, type_name
 from .config_schema import field as _f
 from .launch import egress
+from .runs.retention_rules import Retention, check as check_retention
 
 PROFILES = ("think", "read", "write")
 ENGINES: tuple[Literal["claude", "codex"], ...] = ("claude", "codex")
@@ -175,6 +176,8 @@ class Config:
     maxWorkflowDepth: int = _f("maxWorkflowDepth", 3, lo=0, hi=20)
     maxWorkflowsPerRun: int = _f("maxWorkflowsPerRun", 50, lo=0, hi=10_000)
     placement: Placement = _f("placement", factory=Placement)
+    # When ended runs are archived or deleted (runs/retention_rules.py); None: kept for ever.
+    retention: Optional[Retention] = _f("retention", None)
     # Where the config was read from; the state dir is its folder. Not a JSON key.
     path: Path = attrs.field(default=Path("config.json"), metadata={"key": None})
 
@@ -200,7 +203,7 @@ class Config:
         return self.placement.default if self.placement.default in allowed else allowed[0]
 
 
-CONVERTER = converter(ClaudeEngine, CodexEngine, Engines, Dashboard, Telemetry, DefaultModels, ModelLists, PriceRow,
+CONVERTER = converter(Retention, ClaudeEngine, CodexEngine, Engines, Dashboard, Telemetry, DefaultModels, ModelLists, PriceRow,
                       RayPlacement, Placement, Caller, Config)
 
 
@@ -367,6 +370,7 @@ def _placement_checks(cfg: Config) -> Config:
 def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
     cfg = _sandbox_checks(cfg, search_path)
     cfg = _placement_checks(cfg)
+    check_retention(cfg.retention)
     engines = cfg.engines
     if engines.claude is not None:
         if engines.claude.baseUrl and (why := egress.url_error(engines.claude.baseUrl)):

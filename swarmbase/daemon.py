@@ -189,7 +189,9 @@ class CodexDenyList:
         if len(runs) != len(self.known):
             new = [r for rid, r in runs.items() if rid not in self.known]
             self.known.update(r.id for r in new)
-            self.paths = self.paths + tuple(p for r in new for p in codex.run_paths(self.store.dir(r)))
+            # An archived run's files are under runs-archive/, denied whole by secret_paths.
+            self.paths = self.paths + tuple(p for r in new if r.archived_at is None
+                                            for p in codex.run_paths(self.store.dir(r)))
         return self.paths
 
 

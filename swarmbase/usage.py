@@ -22,6 +22,7 @@ import attrs
 from . import money
 from .audit.rundirs import agent_records, read_json
 from .audit.tree import token_detail
+from .runs import archive
 
 if TYPE_CHECKING:
     from .config import Caller
@@ -103,8 +104,9 @@ class Spent:
 
 
 def spent_in(run_dir: Path) -> list[Spent]:
+    """`run_dir`: a run dir, or an archived run's zip (runs/archive.py)."""
     out = []
-    for _, rec in agent_records(run_dir):
+    for _, rec in agent_records(run_dir) if run_dir.suffix != ".zip" else archive.agent_records(run_dir):
         ended = rec.get("endedAt")
         if rec.get("replayed") or not isinstance(ended, (int, float)) or isinstance(ended, bool):
             continue
@@ -184,6 +186,11 @@ def runs_on_disk(state_dir: Path, first: dt.date, last: dt.date, caller: str | N
             continue
         if run_in_window(run.get("createdAt"), run.get("endedAt"), lo, hi):
             out.append((run["caller"], d, run.get("endedAt") is not None))
+    for line in archive.index_lines(state_dir):          # archived runs, read from their zips
+        run = line["run"]
+        if isinstance(run.get("caller"), str) and (caller is None or run["caller"] == caller) \
+                and isinstance(line.get("dirName"), str) and run_in_window(run.get("createdAt"), run.get("endedAt"), lo, hi):
+            out.append((run["caller"], archive.zip_path(state_dir, line["dirName"]), True))
     return out
 
 
@@ -199,7 +206,8 @@ def supervisor_runs(sup: Supervisor, caller: str | None, first: dt.date, last: d
     on the runs it holds in memory. Cheap; call it on the event loop, then `report` (which
     reads files) may run in a thread."""
     lo, hi = epoch(first), epoch(last + dt.timedelta(days=1))
-    return [(r.caller, sup.env.store.dir(r), not r.active) for r in list(sup.runs.values())
+    return [(r.caller, sup.env.store.dir(r) if r.archived_at is None else archive.zip_path(sup.env.cfg.state_dir, r.dir_name),
+             not r.active) for r in list(sup.runs.values())
             if (caller is None or r.caller == caller) and run_in_window(r.created_at, r.ended_at, lo, hi)]
 
 

@@ -17,7 +17,7 @@
     }
   }
   function matches(r) {
-    if (f.status && r.status !== f.status) return false;
+    if (f.status === "archived" ? !r.archivedAt : f.status && r.status !== f.status) return false;
     if (f.caller && r.caller !== f.caller) return false;
     if (f.from != null && r.createdAtEpoch < f.from) return false;
     if (f.to != null && r.createdAtEpoch >= f.to) return false;
@@ -30,7 +30,8 @@
     if (r.error && r.status !== "completed") label.append(el("div", { class: "why small", text: String(r.error).slice(0, 160) }));
     const tr = el("tr", { id: "run-" + r.runId, "data-created": r.createdAtEpoch, "data-ended": r.endedAtEpoch || "", "data-status": r.status },
       label, el("td", { text: r.caller }),
-      el("td", {}, el("span", { class: "badge s-" + r.status, text: r.status })),
+      el("td", {}, el("span", { class: "badge s-" + r.status, text: r.status }),
+        ...(r.archivedAt ? [" ", el("span", { class: "badge s-archived", title: "archived by retention: " + r.archivedAt, text: "archived" })] : [])),
       el("td", { class: "num", text: (r.spentEstimated ? "~" : "") + SB.usd(r.spentUsd) + " / " + SB.usd(r.budgetUsd) }),
       el("td", { class: "num", text: r.agents.done + "/" + r.agents.total }),
       el("td", { class: "when", "data-epoch": r.createdAtEpoch }), el("td", { class: "dur num" }));

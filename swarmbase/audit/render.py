@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .. import money
+from . import archived
 from .rundirs import RunIndex
 from .tree import AgentNode, AuditTree, RunNode, WorkflowNode, build
 
@@ -132,9 +133,15 @@ def render_json(tree: AuditTree, expected: str | None = None, mismatch: str | No
 
 def audit_command(state_dir: Path, run_id: str, as_json: bool = False, out: TextIO = sys.stdout,
                   err: TextIO = sys.stderr, expect_hash: str | None = None) -> int:
-    idx = RunIndex.scan(state_dir)
+    with archived.opened(RunIndex.scan(state_dir), run_id) as idx:
+        return _audit(idx, run_id, as_json, out, err, expect_hash)
+
+
+def _audit(idx: RunIndex, run_id: str, as_json: bool, out: TextIO, err: TextIO, expect_hash: str | None) -> int:
+    state_dir = idx.state_dir
     if run_id not in idx.dirs:
-        print(f"swarmbase audit: no run {run_id!r} under {state_dir / 'runs'}", file=err)
+        print(f"swarmbase audit: no run {run_id!r} under {state_dir / 'runs'} or {archived.root(state_dir)}",
+              file=err)
         for d in idx.unreadable:
             print(f"swarmbase audit: note: {idx.rel(d / 'run.json')} cannot be read", file=err)
         return 2

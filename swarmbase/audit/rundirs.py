@@ -50,6 +50,8 @@ class RunIndex:
     dirs: dict[str, Path] = attrs.Factory(dict)
     runs: dict[str, dict[str, Any]] = attrs.Factory(dict)
     unreadable: list[Path] = attrs.Factory(list)
+    # A folder read in place of an archive (audit/archived.py) -> how its paths are shown.
+    shown: dict[str, str] = attrs.Factory(dict)
 
     @classmethod
     def scan(cls, state_dir: Path) -> "RunIndex":
@@ -90,7 +92,11 @@ class RunIndex:
         return idx
 
     def rel(self, path: Path) -> str:
-        """A path as shown to the user: relative to the state dir."""
+        """A path as shown to the user: relative to the state dir (inside an archive:
+        `runs-archive/<dirName>.zip:<file>`)."""
+        for folder, name in self.shown.items():
+            if str(path).startswith(folder + "/") or str(path) == folder:
+                return name + str(path)[len(folder) + 1:]
         try:
             return str(path.relative_to(self.state_dir))
         except ValueError:

@@ -214,7 +214,7 @@ def secret_paths(state_dir: Path, key_files: list[str], config_path: Path, user_
     out = [str(config_path), *[p for p in key_files if p]]
     out += [str(p) for p in sorted(state_dir.glob("mcpl-*.token"))]
     out += [str(p) for p in sorted(state_dir.glob("*.key"))]
-    out += [str(state_dir / n) for n in ("outbox.json", "outbox.jsonl", "procs", "admin")]
+    out += [str(state_dir / n) for n in ("outbox.json", "outbox.jsonl", "procs", "admin", "runs-archive")]
     out += [os.path.join(user_home, d) for d in CREDENTIAL_DIRS if os.path.exists(os.path.join(user_home, d))]
     return out
 

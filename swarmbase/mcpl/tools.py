@@ -186,8 +186,17 @@ def _get(sup: Supervisor, caller: Caller, run_id: str) -> Any:
         raise ToolError(str(e)) from None
 
 
+def _readable(sup: Supervisor, run: Any) -> Any:
+    """The run, its files opened first when retention archived it (an archive is opened
+    once and kept open for a while; bench/retention.py measures the cost)."""
+    try:
+        return sup.store.open_archived(run)
+    except DamagedFile as e:
+        raise ToolError(f"run {run.id}: {e}") from None
+
+
 def _status(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
-    run = _get(sup, caller, a["runId"])
+    run = _readable(sup, _get(sup, caller, a["runId"]))
     out = _row(sup, run)
     out["profile"] = run.profile
     out["model"] = run.model
@@ -205,6 +214,7 @@ def _result(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any
     run = _get(sup, caller, a["runId"])
     if run.status not in TERMINAL:
         raise ToolError(f"run {run.id} is still {run.status}; the result is there once it ends")
+    run = _readable(sup, run)
     try:
         text = sup.env.store.result_text(run)
     except DamagedFile as e:

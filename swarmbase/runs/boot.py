@@ -25,6 +25,7 @@ from ..launch.procs import reap_recorded_groups
 from ..notify import notices
 from ..prices import Tokens
 from . import journal as journal_mod
+from . import retention
 from .env import RunEnv
 from .model import TERMINAL, Run
 from .records import ENDED, AgentRecord, finished
@@ -57,6 +58,7 @@ def recover(env: RunEnv) -> Recovered:
     runs: dict[str, Run] = {}
     interrupted = []
     renotified = []
+    retention.settle(env.cfg.state_dir)       # a retention pass a kill cut short: finished or undone
     for run in store.load_all(store.report_damage):
         runs[run.id] = run
         if not run.active:
@@ -70,6 +72,7 @@ def recover(env: RunEnv) -> Recovered:
             renotified.append(run.id)
         if not env.keeps_work(run):
             store.delete_work(run)
+    retention.load_archived(env.cfg.state_dir, runs)
     env.outbox.boot_done()
     if renotified:
         log.warning("queued the end notice of %d run(s) again: outbox.jsonl had lost it (a torn or damaged "

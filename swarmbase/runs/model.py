@@ -129,6 +129,9 @@ class Run:
     # the daemon in memory. Read and set them through the `link` and `end` properties.
     _link: Json = attrs.field(default=None, converter=_packed)
     _end: Json = attrs.field(default=None, converter=_packed)
+    # When retention archived it (runs/archive.py): its files are then in a zip, and this
+    # record holds what the index keeps (no args, history or seal). Not in run.json.
+    archived_at: Optional[float] = None
 
     @property
     def active(self) -> bool:
@@ -263,6 +266,7 @@ class Run:
             "agents": {"done": self.agents_done, "total": self.agents_total},
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
             "resumedAs": self.resumed_as,
+            **({"archivedAt": iso(self.archived_at)} if self.archived_at is not None else {}),
             **({"rebuilt": rebuilt_note(self.rebuilt)} if self.rebuilt else {}),
         }
 

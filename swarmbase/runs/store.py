@@ -27,7 +27,7 @@ from ..audit import rundirs
 from ..audit.rundirs import chains_from_disk
 from ..audit.seal import RunChains
 from ..jsonvalue import Json, JsonObject
-from . import rebuild
+from . import archive, rebuild
 from .model import Run, iso, stamp
 from .records import AgentRecord
 
@@ -102,7 +102,26 @@ class RunStore:
         return copy
 
     def dir(self, run: Run) -> Path:
+        if run.archived_at is not None:      # readable once opened (open_archived)
+            return archive.open_dir(self.state_dir, run.dir_name)
         return self.root / run.dir_name
+
+    def open_archived(self, run: Run) -> Run:
+        """An archived run's files opened for reading, and its whole record (args and
+        history too) from them; a run that is not archived as it is. Blocking: call it in
+        a worker thread where the loop must not wait."""
+        if run.archived_at is None:
+            return run
+        data = archive.full_record(self.state_dir, run.dir_name)
+        try:
+            archive.open_run(self.state_dir, run.dir_name)
+            full = Run.from_json(data) if data is not None else None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise self._damaged(archive.zip_path(self.state_dir, run.dir_name), f"cannot be opened: {e}") from None
+        if full is None:
+            raise self._damaged(archive.zip_path(self.state_dir, run.dir_name), "its run.json cannot be read")
+        full.archived_at, full.resumed_as = run.archived_at, full.resumed_as or run.resumed_as
+        return full
 
     def work_dir(self, run: Run) -> Path:
         return self.dir(run) / "work"

@@ -36,6 +36,7 @@ from .ending import Stop, end_of, result_unsaved
 from .env import RunEnv
 from .journal import Journal
 from .live import LiveRun, publish_row, summary
+from .retention import RetentionPass
 from .model import Run, iso, new_run_id
 from .quota import QuotaBook, history_of
 from .records import redact_value
@@ -73,10 +74,18 @@ class Supervisor:
         self.runs.update(found.runs)
         return found.interrupted
 
+    def retention_pass(self) -> RetentionPass:
+        cfg = self.env.cfg
+        assert cfg.retention is not None
+        return RetentionPass(cfg.retention, cfg.state_dir, self.runs, self.env.store.dir, changed=self.changed,
+                             busy=lambda r: r.active or r.id in self.live or r.id in self.unsaved)
+
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED, resume: list[Run] | None = None) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._resave_loop)
+            if self.env.cfg.retention is not None:
+                nursery.start_soon(self.retention_pass().serve)
             for run in resume or []:
                 self._resume_on_boot(run)
             task_status.started()
@@ -299,6 +308,9 @@ class Supervisor:
         old = self.get(caller.name, run_id)
         if old.active:
             raise RunRefused(f"run {old.id} is still {old.status}; cancel it or let it end before resuming")
+        if old.archived_at is not None:
+            raise RunRefused(f"run {old.id} was archived by the daemon's retention policy; an archived run can be "
+                             f"read (status, result, audit, the dashboard) but not resumed")
         waiting = self.env.deferred.journal_now(old.id)     # its paid results first, or they would run again
         if waiting is not None:
             raise RunRefused(f"cannot resume {old.id}: {waiting}; retry once the disk has space")
