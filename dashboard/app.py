@@ -208,7 +208,7 @@ def register(app: Quart, services: Served) -> None:
         returned; any other run as it is."""
         if run.archived_at is None:
             return run
-        return await trio.to_thread.run_sync(sup.store.open_archived, run)
+        return await trio.to_thread.run_sync(sup.env.store.open_archived, run)
 
     @bp.get("/")
     async def run_list() -> Any:

@@ -12,11 +12,9 @@ Hypercorn return.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
@@ -30,7 +28,9 @@ from . import live_reload
 from .config import Config, key_file_problems
 from .engines.base import Engine
 from .engines.claude_agent import ClaudeEngine
+from .caller_secrets import caller_secrets
 from .engines.codex_agent import CodexEngine
+from .engines.codex_deny import CodexDenyList
 from .engines.meter import Meter
 from .engines.think_codex import CodexThink
 from .engines.think_route import ThinkRouter
@@ -91,21 +91,6 @@ class Services:
         return self.env.outbox
 
 
-def caller_secrets(cfg: Config) -> list[str]:
-    """Every caller's key and MCPL token, so no record of any run can show any of them."""
-    out = []
-    for c in cfg.callers:
-        paths = [cfg.state_dir / f"mcpl-{c.name}.token"] + ([Path(c.apiKeyFile)] if c.apiKeyFile else [])
-        for p in paths:
-            try:
-                value = p.read_text().strip()
-            except OSError:
-                continue
-            if value:
-                out.append(value)
-    return out
-
-
 def build_services(cfg: Config, agents: AgentService | None = None,
                    limits: RunnerLimits | None = None) -> Services:
     """Everything the daemon serves with, each part given what it uses. `agents`: another
@@ -149,50 +134,6 @@ def build_engines(cfg: Config, redact: Redactor, store: RunStore,
         engines["codex"] = ThinkRouter(CodexEngine(cfg, meter, deny=CodexDenyList(cfg, store, runs)), CodexThink(cfg),
                                        cfg.engines.codex.inProcessThink)
     return engines, meter
-
-
-def codex_deny_list(cfg: Config, store: RunStore, runs: Mapping[str, Run]) -> list[str]:
-    """Without the sandbox, what codex's own sandbox must not read: the daemon's secrets
-    and every run's records, from the runs the supervisor already knows (no disk walk)."""
-    return list(CodexDenyList(cfg, store, runs)())
-
-
-class CodexDenyList:
-    """codex_deny_list, maintained rather than rebuilt per agent: the run part grows as
-    runs appear (it is only ever appended to; a run's records never stop being denied),
-    and the same tuple is handed out while nothing changed, so the engine can reuse its
-    rendering. With 10,000 runs, rebuilding it took 290 ms of the event loop per codex
-    agent (and rendering it 80 ms more)."""
-
-    def __init__(self, cfg: Config, store: RunStore, runs: Mapping[str, Run]) -> None:
-        self.cfg = cfg
-        self.store = store
-        self.runs = runs
-        self.known: set[str] = set()
-        self.paths: tuple[str, ...] = ()
-        self.fixed: tuple[str, ...] | None = None
-
-    def use(self, cfg: Config) -> None:
-        """A reloaded config: its callers' key files are denied from the next agent on."""
-        self.cfg = cfg
-        self.fixed = None
-        self.known.clear()
-
-    def __call__(self) -> tuple[str, ...]:
-        from .engines import codex
-        if self.fixed is None:
-            self.fixed = tuple(codex.secret_paths(self.cfg.state_dir, [c.apiKeyFile for c in self.cfg.callers
-                                                                      if c.apiKeyFile],
-                                                  self.cfg.path, os.path.expanduser("~")))
-            self.paths = self.fixed
-        runs = self.runs
-        if len(runs) != len(self.known):
-            new = [r for rid, r in runs.items() if rid not in self.known]
-            self.known.update(r.id for r in new)
-            # An archived run's files are under runs-archive/, denied whole by secret_paths.
-            self.paths = self.paths + tuple(p for r in new if r.archived_at is None
-                                            for p in codex.run_paths(self.store.dir(r)))
-        return self.paths
 
 
 class _QuartTransport:

@@ -48,7 +48,7 @@ log = logging.getLogger("swarmbase.reload")
 
 STATUS_FILE = "reload-status.json"
 # Every class whose instances keep the daemon's Config as `self.cfg` (swap gives each the new one).
-HOLDERS = ("Services", "Supervisor", "Agents", "ClaudeEngine", "CodexEngine", "InDaemon", "CodexDenyList", "RayLauncher")
+HOLDERS = ("Services", "RunEnv", "ClaudeEngine", "CodexEngine", "InDaemon", "CodexDenyList", "RayLauncher")
 
 
 class Hangups:
@@ -97,7 +97,8 @@ class Hangups:
 def swap(services: Any, new: Config) -> None:
     """Give every holder of the Config (HOLDERS) the new one. Synchronous: nothing runs
     between the first assignment and the last."""
-    from .daemon import CodexDenyList, caller_secrets
+    from .caller_secrets import caller_secrets
+    from .engines.codex_deny import CodexDenyList
     from .engines.claude_agent import ClaudeEngine
     from .engines.codex_agent import CodexEngine
     from .engines.think_route import ThinkRouter
@@ -105,9 +106,8 @@ def swap(services: Any, new: Config) -> None:
     from .runs.agents import Agents
     sup = services.supervisor
     services.cfg = new
-    sup.cfg = new
+    services.env.use_config(new)            # the Supervisor, boot, flush, live runs read env.cfg
     if isinstance(sup.agents, Agents):
-        sup.agents.cfg = new
         engines = [e for r in sup.agents.engines.values()
                    for e in ((r.cli, r.in_daemon) if isinstance(r, ThinkRouter) else (r,))]
         for engine in engines:
@@ -118,7 +118,7 @@ def swap(services: Any, new: Config) -> None:
     if services.ray is not None:
         services.ray.cfg = new
     for secret in caller_secrets(new):
-        sup.redact.add(secret)
+        services.env.redact.add(secret)
 
 
 async def close_sessions(hub: Any, plan: reload.Plan) -> None:

@@ -15,7 +15,7 @@ import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, TextIO
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, TextIO
 
 import attrs
 
@@ -26,7 +26,25 @@ from .runs import archive
 
 if TYPE_CHECKING:
     from .config import Caller
-    from .runs.supervisor import Supervisor
+    from .runs.env import RunEnv
+    from .runs.model import Run
+
+
+class QuotaView(Protocol):
+    def view(self, caller: Caller) -> list[dict[str, Any]]: ...
+
+
+class DaemonSpend(Protocol):
+    """What the daemon's usage view reads (the Supervisor has it): its runs, where their
+    records are, and the callers' spend quotas (runs/quota.py, which reads this module)."""
+    @property
+    def runs(self) -> Mapping[str, Run]: ...
+
+    @property
+    def env(self) -> RunEnv: ...
+
+    @property
+    def quota(self) -> QuotaView: ...
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
@@ -201,7 +219,7 @@ def report_for_state(state_dir: Path, start: str | None = None, end: str | None 
     return report(runs_on_disk(state_dir, first, last, caller), first, last)
 
 
-def supervisor_runs(sup: Supervisor, caller: str | None, first: dt.date, last: dt.date) -> list[tuple[str, Path, bool]]:
+def supervisor_runs(sup: DaemonSpend, caller: str | None, first: dt.date, last: dt.date) -> list[tuple[str, Path, bool]]:
     """(caller, dir) of the daemon's runs that may hold agents ending in the window, pruned
     on the runs it holds in memory. Cheap; call it on the event loop, then `report` (which
     reads files) may run in a thread."""
@@ -211,14 +229,14 @@ def supervisor_runs(sup: Supervisor, caller: str | None, first: dt.date, last: d
             if (caller is None or r.caller == caller) and run_in_window(r.created_at, r.ended_at, lo, hi)]
 
 
-def report_for_supervisor(sup: Supervisor, caller: str | None, start: str | None = None, end: str | None = None,
+def report_for_supervisor(sup: DaemonSpend, caller: str | None, start: str | None = None, end: str | None = None,
                           today: dt.date | None = None) -> dict[str, Any]:
     """The daemon's view: reads only the agent records of runs in the window."""
     first, last = date_range(start, end, today)
     return report(supervisor_runs(sup, caller, first, last), first, last, CACHE)
 
 
-def tool_handler(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
+def tool_handler(sup: DaemonSpend, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     """The `usage` tool: the calling caller's spend. Raises UsageError for a bad range
     (tools.py turns it into a ToolError)."""
     return {**report_for_supervisor(sup, caller.name, a.get("from"), a.get("to")), "quota": sup.quota.view(caller)}

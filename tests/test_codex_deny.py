@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from swarmbase import config
-from swarmbase.daemon import CodexDenyList, codex_deny_list
+from swarmbase.engines.codex_deny import CodexDenyList, codex_deny_list
 from swarmbase.engines import codex
 from swarmbase.runs.store import RunStore
 

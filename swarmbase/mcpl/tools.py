@@ -190,7 +190,7 @@ def _readable(sup: Supervisor, run: Any) -> Any:
     """The run, its files opened first when retention archived it (an archive is opened
     once and kept open for a while; bench/retention.py measures the cost)."""
     try:
-        return sup.store.open_archived(run)
+        return sup.env.store.open_archived(run)
     except DamagedFile as e:
         raise ToolError(f"run {run.id}: {e}") from None
 

@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 import attrs
 import trio
 
+from ..config import Config
 from ..engines.base import Engine, LiveUsage, SchemaRefused
 from ..engines.verdict import Verdict
 from ..jsonvalue import Json, JsonObject
@@ -53,12 +54,15 @@ def is_cancellation(exc: BaseException) -> bool:
 class Agents:
     def __init__(self, env: RunEnv, engines: Mapping[str, Engine], launchers: Placements) -> None:
         self.env = env
-        self.cfg = env.cfg
         self.engines = dict(engines)
         self.launchers = launchers                 # by placement; "local" also opens processes
         self.global_slots = trio.Semaphore(env.cfg.maxConcurrentAgents)
         self.git = SandboxedGit(launchers.local)  # worktrees' git: untrusted work, in the sandbox
         self.launch = AgentLauncher(env, self.engines, launchers.local, self.git)
+
+    @property
+    def cfg(self) -> Config:
+        return self.env.cfg              # read each time: a reload swaps it (live_reload.py)
 
     @property
     def spawned(self) -> int:

@@ -31,8 +31,9 @@ import stat
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
+from ..jsonvalue import Json, JsonObject
 from .. import fsutil
 from .model import Run
 
@@ -93,12 +94,12 @@ def write(run_dir: Path, dest: Path) -> tuple[int, int]:
     return raw, dest.stat().st_size
 
 
-def index_line(run_json: dict[str, Any], archived_at: float) -> dict[str, Any]:
+def index_line(run_json: JsonObject, archived_at: float) -> JsonObject:
     return {"dirName": run_json.get("dirName"), "archivedAt": archived_at,
             "run": {k: v for k, v in run_json.items() if k not in INDEX_DROPPED}}
 
 
-def append_index(state_dir: Path, lines: list[dict[str, Any]]) -> None:
+def append_index(state_dir: Path, lines: list[JsonObject]) -> None:
     fsutil.append_lines(root(state_dir) / INDEX, lines)
 
 
@@ -111,7 +112,7 @@ def remove_dir(run_dir: Path) -> None:
     shutil.rmtree(gone, ignore_errors=True)
 
 
-def archive_run(state_dir: Path, run_dir: Path, now: float) -> tuple[dict[str, Any], int, int]:
+def archive_run(state_dir: Path, run_dir: Path, now: float) -> tuple[JsonObject, int, int]:
     """Archive one ended run's dir and remove it (see the module docstring for the order).
     Returns (its index line, bytes of its files, bytes of its zip)."""
     root(state_dir).mkdir(mode=0o700, exist_ok=True)
@@ -166,7 +167,7 @@ def settle(state_dir: Path) -> list[str]:
     return done
 
 
-def agent_records(zip_file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def agent_records(zip_file: Path) -> Iterator[tuple[int, JsonObject]]:
     """(n, agent.json) of every agent in an archive whose record parses (as
     audit.rundirs.agent_records reads a run dir)."""
     try:
@@ -184,7 +185,7 @@ def agent_records(zip_file: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         return
 
 
-def index_lines(state_dir: Path) -> list[dict[str, Any]]:
+def index_lines(state_dir: Path) -> list[JsonObject]:
     """The archive index as written (for readers outside the daemon: `swarmbase usage`)."""
     lines, _ = fsutil.read_lines(root(state_dir) / INDEX)
     return [x for x in lines if isinstance(x, dict) and isinstance(x.get("run"), dict)]
@@ -198,7 +199,7 @@ def read_member(path: Path, name: str) -> bytes | None:
         return None
 
 
-def _index_lines(path: Path) -> Iterator[tuple[bytes, Any]]:
+def _index_lines(path: Path) -> Iterator[tuple[bytes, Json]]:
     """(raw line, parsed or None) of the index, one at a time: read whole, a 100,000-run
     index parsed at once would leave its peak in the daemon's RSS."""
     try:
@@ -251,7 +252,7 @@ def load_index(state_dir: Path) -> list[tuple[Run, float]]:
     return list(found.values())
 
 
-def _rewrite_index(path: Path, keep: set[str], added: list[dict[str, Any]]) -> None:
+def _rewrite_index(path: Path, keep: set[str], added: list[JsonObject]) -> None:
     """The index with one line per archive in `keep` (the first good one) plus `added`."""
     out, seen = [], set()
     for raw, line in _index_lines(path):
@@ -312,7 +313,7 @@ def _evict(folder: Path, keep: Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def full_record(state_dir: Path, dir_name: str) -> dict[str, Any] | None:
+def full_record(state_dir: Path, dir_name: str) -> JsonObject | None:
     """An archived run's whole run.json (args, history, seal), read from its zip."""
     raw = read_member(zip_path(state_dir, dir_name), "run.json")
     try:

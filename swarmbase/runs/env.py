@@ -36,9 +36,17 @@ class Links:
         return f"{self.base.rstrip('/')}/runs/{run_id}"
 
 
+@attrs.define
+class ConfigSlot:
+    """The daemon's current Config. The one mutable thing a RunEnv holds: a reload
+    (live_reload.swap) puts the new Config here in one step, and every piece that reads
+    `env.cfg` sees it from its next read on."""
+    current: Config
+
+
 @attrs.frozen
 class RunEnv:
-    cfg: Config
+    slot: ConfigSlot = attrs.field(alias="cfg", converter=ConfigSlot)
     store: RunStore
     outbox: Outbox
     events: EventHub = attrs.Factory(EventHub)
@@ -48,6 +56,14 @@ class RunEnv:
     # What a full disk kept in memory: journal lines (paid results), written when space returns.
     deferred: Deferred = attrs.field(default=attrs.Factory(lambda self: Deferred(self.cfg.state_dir),
                                                            takes_self=True))
+
+    @property
+    def cfg(self) -> Config:
+        return self.slot.current
+
+    def use_config(self, new: Config) -> None:
+        """A reload's swap (live_reload.py)."""
+        self.slot.current = new
 
     def keeps_work(self, run: Run) -> bool:
         """Whether an ended run's work dir stays (keepWork, or deleteWorkOnEnd off)."""

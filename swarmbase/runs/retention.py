@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, MutableMapping
+from typing import Callable, MutableMapping
 
 import attrs
 import trio
 
+from ..thread_runner import ThreadRunner
 from . import archive
 from .model import Run
 from .retention_rules import Retention, select
@@ -68,7 +69,7 @@ class RetentionPass:
     busy: Callable[[Run], bool]               # live, or final records still held in memory
     changed: Callable[[Run], None]            # tell the dashboard and watchers
     now: Callable[[], float] = time.time      # wall clock: runs' end times are wall times
-    in_thread: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync
+    in_thread: ThreadRunner = trio.to_thread.run_sync
     passes: int = 0
 
     async def serve(self) -> None:

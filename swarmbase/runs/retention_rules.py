@@ -22,12 +22,13 @@ daemon-wide policy (counted per caller) is what an operator can reason about.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Literal, Optional
+from typing import Callable, Iterable, Literal, Optional
 
 import attrs
 
 from ..config_schema import ConfigError
 from ..config_schema import field as _f
+from .model import Run
 
 RESUMABLE_STATUSES = ("failed", "interrupted")
 ENDED = ("completed", "failed", "cancelled", "interrupted")
@@ -52,29 +53,29 @@ def check(r: Optional[Retention]) -> None:
                           "leave retention out to keep every run)")
 
 
-def maybe_resumable(run: Any) -> bool:
+def maybe_resumable(run: Run) -> bool:
     """The part of 'resumable' the record says; the journal's lines are the caller's to check."""
     return run.status in RESUMABLE_STATUSES and not run.resumed_as
 
 
-def select(runs: Iterable[Any], policy: Retention, now: float, busy: Callable[[Any], bool],
-           has_journal: Callable[[Any], bool]) -> list[Any]:
+def select(runs: Iterable[Run], policy: Retention, now: float, busy: Callable[[Run], bool],
+           has_journal: Callable[[Run], bool]) -> list[Run]:
     """The runs to prune now, oldest end first. `busy(run)`: held in memory (live, or final
     records not yet on disk); `has_journal(run)`: its journal holds a line (asked only of
     failed and interrupted runs the count would prune)."""
     ended = [r for r in runs if r.status in ENDED and r.ended_at is not None
-             and getattr(r, "archived_at", None) is None and not busy(r)]
+             and r.archived_at is None and not busy(r)]
     window = None if policy.days is None else now - policy.days * DAY_S
     out = []
-    by_caller: dict[str, list[Any]] = {}
+    by_caller: dict[str, list[Run]] = {}
     for r in ended:
-        if window is not None and r.ended_at < window:
+        if window is not None and r.ended_at is not None and r.ended_at < window:
             out.append(r)                   # past the window: pruned, resumable or not
         else:
             by_caller.setdefault(r.caller, []).append(r)
     if policy.maxRuns is not None:
         for rs in by_caller.values():
-            rs.sort(key=lambda r: (r.ended_at, r.created_at), reverse=True)
+            rs.sort(key=lambda r: (r.ended_at or 0.0, r.created_at), reverse=True)
             for r in rs[policy.maxRuns:]:
                 if policy.keepResumable and maybe_resumable(r) and has_journal(r):
                     continue                # still resumable within the window
