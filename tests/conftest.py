@@ -227,3 +227,16 @@ def small_disk(tmp_path: Path) -> Any:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def record_opened(launcher: Any) -> list[dict[str, Any]]:
+    """From now on, the record (a runner's says "runner": true) of every process the
+    daemon starts through `launcher`: its open() is the one door every child goes through."""
+    opened: list[dict[str, Any]] = []
+    real_open = launcher.open
+
+    def recording_open(spec: Any, **kw: Any) -> Any:
+        opened.append(dict(spec.record))
+        return real_open(spec, **kw)
+    launcher.open = recording_open
+    return opened
