@@ -9,7 +9,6 @@ import fcntl
 import json
 import os
 import pty
-import socket
 import struct
 import subprocess
 import sys
@@ -21,20 +20,14 @@ import trio
 
 from swarmbase.client_progress import progress_line
 
-from .conftest import Env
-from .test_agents import fake_daemon
+from .conftest import Env, fake_daemon
+from .sockets import free_port
 
 SCRIPT = """phase('first');
 await agent('waitfile:{g1}');
 phase('second');
 await parallel([() => agent('waitfile:{g2}'), () => agent('waitfile:{g2}')]);
 return 'all done';"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def gated(tmp_path: Path, nursery: trio.Nursery) -> tuple[Env, list[str], list[Path]]:

@@ -12,16 +12,8 @@ import trio
 
 from swarmbase import config
 
-from .conftest import agent_json, result_of, run_to_end
+from .conftest import agent_json, codex_daemon, result_of, run_to_end
 from .fakes.responses_api import FakeResponses
-from .test_codex_engine import CODEX, codex_daemon
-
-
-@pytest.fixture
-def codex_bin() -> str:
-    if not CODEX.exists():
-        pytest.fail(f"the Codex CLI is not installed at {CODEX}: run bash tests/install.sh")
-    return str(CODEX)
 
 
 @pytest.fixture

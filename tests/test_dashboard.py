@@ -11,25 +11,14 @@ import httpx
 import pytest
 import trio
 
-from .conftest import Env, run_to_end
-from .test_agents import fake_daemon
-
-ADMIN = "admin@example.com"
+from .browser import ADMIN
+from .conftest import Env, fake_daemon, run_to_end, wait_state
 
 
 @pytest.fixture
 async def dash(tmp_path: Path, nursery: trio.Nursery) -> Env:
     return await fake_daemon(tmp_path, nursery, dashboard={"adminLogins": [ADMIN, "other@example.com"]},
                              publicUrl="https://box.tailnet.ts.net:7360")
-
-
-async def wait_state(env: Env, run: Any, n: int, state: str) -> None:
-    with trio.fail_after(30):
-        while True:
-            live = env.services.supervisor.live.get(run.id)
-            if live and n in live.agents and live.agents[n].state == state:
-                return
-            await trio.sleep(0.02)
 
 
 async def sse_events(client: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None
