@@ -7,6 +7,7 @@ under MockClock with autojump; real processes (node, the daemon) are real.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import json
@@ -36,6 +37,16 @@ CLAUDE = Path(__file__).resolve().parent / ".tools" / "node_modules" / ".bin" / 
 CODEX = Path(__file__).resolve().parent / ".tools" / "node_modules" / ".bin" / "codex"
 FAKE_CLI_KEY = "sk-fake-key-0123456789abcdef"     # alice's key in fake_daemon
 GATEWAY = "gw-canary-" + secrets.token_hex(16)    # alice's key in codex_daemon (a gateway token)
+
+
+@pytest.fixture(autouse=True)
+def collect_leaks_here() -> Iterator[None]:
+    """A collection after every test, in its teardown: a ResourceWarning (an error, see
+    pyproject.toml) for a file, socket or process left in a reference cycle is then
+    reported against the test that leaked it, not whichever test the collector next runs
+    in (which, under xdist, is an unrelated test on the same worker)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture
@@ -171,6 +182,14 @@ def process_records(procs: Path) -> list[Path]:
                 pass
         out.append(p)
     return out
+
+
+def pty_env(**extra: str) -> dict[str, str]:
+    """The environment for a child whose stdout is a pty the test sized: without COLUMNS
+    and LINES, which would override the pty's size (pytest-xdist's workers have them set
+    to 80x24)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    return {**env, **extra}
 
 
 def pid_alive(pid: int) -> bool:

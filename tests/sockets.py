@@ -15,12 +15,14 @@ def free_port() -> int:
 
 
 async def serve_hello(lsock: socket.socket, word: bytes) -> None:
-    s = trio.socket.from_stdlib_socket(lsock)
-    while True:
-        conn, _ = await s.accept()
-        with conn:
-            await conn.recv(4096)
-            await conn.send(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(word), word))
+    """Answer every connection to `lsock` with `word`, until cancelled; then close it
+    (it is the server's: a listener left to the garbage collector is a ResourceWarning)."""
+    with trio.socket.from_stdlib_socket(lsock) as s:
+        while True:
+            conn, _ = await s.accept()
+            with conn:
+                await conn.recv(4096)
+                await conn.send(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(word), word))
 
 
 def listener() -> tuple[socket.socket, int]:

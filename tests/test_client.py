@@ -20,7 +20,7 @@ import trio
 
 from swarmbase.client_progress import progress_line
 
-from .conftest import Env, fake_daemon
+from .conftest import Env, fake_daemon, pty_env
 from .sockets import free_port
 
 SCRIPT = """phase('first');
@@ -98,7 +98,8 @@ async def test_wait_on_a_terminal_rewrites_one_line(tmp_path: Path, nursery: tri
     # A wide terminal: the line is cut to the terminal's width, and the phase comes last.
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     os.set_blocking(master, False)
-    proc = await trio.lowlevel.open_process(argv, env=client_env(env), stdout=slave, stderr=subprocess.PIPE)
+    proc = await trio.lowlevel.open_process(argv, env=pty_env(SWARMBASE_CONFIG=str(env.state / "config.json")),
+                                            stdout=slave, stderr=subprocess.PIPE)
     os.close(slave)
     raw = b""
     try:

@@ -90,7 +90,8 @@ def test_netns_init_reports_what_failed() -> None:
                            "127.0.0.1:7", "--", "/bin/sh", "-c", "echo RAN"], pass_fds=(theirs.fileno(),),
                           capture_output=True, timeout=60)
     theirs.close()
-    msg, fds, _, _ = socket.recv_fds(ours, 4096, 4)
+    with ours:
+        msg, fds, _, _ = socket.recv_fds(ours, 4096, 4)
     assert proc.returncode == 70 and b"RAN" not in proc.stdout
     assert msg == b"error: Address already in use" and fds == []
 
@@ -229,6 +230,8 @@ async def test_the_relay_half_closes_and_delivers_what_a_dead_client_sent() -> N
             while len(received) < 2:            # the destination reads what was delivered
                 await trio.sleep(0.01)
             n.cancel_scope.cancel()
+    upstream.close()
+    lsock.close()
     assert received == [b"x" * 100_000, b"y" * 3_000_000]
     assert relay.carried == 2 and relay.failed == 0 and relay.sending == 0
 
