@@ -30,8 +30,7 @@ from .peer.claude_code import ClaudeCodePeer, PeerError, PeerRun, cli_present
 from .peer.daemon_side import SwarmBaseDaemon, swarmbase_daemon
 from .peer.model import DeterministicModel
 
-# The module-scoped `outcomes` runs every case once; xdist_group keeps the cases on one worker.
-pytestmark = [pytest.mark.timeout(900), pytest.mark.xdist_group("conformance")]
+pytestmark = pytest.mark.timeout(900)
 
 # Every peer call of the suite is made in a few `claude -p` processes (one Workflow
 # tool_use per call in one turn): a CLI start is ~1 CPU-s, a workflow in it ~0.1.

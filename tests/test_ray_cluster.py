@@ -24,8 +24,7 @@ from .ray_daemon import (KEY, Daemon, ended, http_get, marked_processes, mcpl, r
                          wait_status, write_config)
 from .raycluster import RayCluster
 
-# One worker starts the module's cluster once (xdist_group): spread, each worker would start its own.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240), pytest.mark.xdist_group("ray-cluster")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")
