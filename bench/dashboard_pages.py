@@ -131,7 +131,7 @@ async def list_bench(n: int) -> None:
 
 
 async def run_page_bench(agents: int, streaming: int) -> None:
-    from tests.test_agents import fake_daemon
+    from tests.conftest import fake_daemon
     tmp = Path(tempfile.mkdtemp(prefix="sb-bench-runpage-"))
     async with trio.open_nursery() as nursery:
         env = await fake_daemon(tmp, nursery, perRunConcurrency=streaming, maxConcurrentAgents=streaming,

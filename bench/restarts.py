@@ -22,7 +22,7 @@ from pathlib import Path
 import common  # noqa: F401  (puts the repository and tests/ on sys.path)
 import trio
 
-from tests.test_restarts import run_dir, sigterm_cycles
+from tests.restarts import run_dir, sigterm_cycles
 
 
 async def main(restarts: int) -> None:

@@ -107,7 +107,7 @@ RECOVER = """
 import sys, time
 from pathlib import Path
 from swarmbase import config
-from swarmbase.outbox import Outbox
+from swarmbase.notify.outbox import Outbox
 from swarmbase.runs.store import RunStore
 from swarmbase.runs.supervisor import Supervisor
 cfg = config.load(Path(sys.argv[1]))

@@ -165,7 +165,7 @@ def result_text(result: dict[str, Any]) -> str:
 @asynccontextmanager
 async def connect(url: str, token: str | None, **kw: Any) -> AsyncIterator[HostClient]:
     full = f"{url}?token={token}" if token is not None else url
-    async with open_websocket_url(full, max_message_size=64 * 1024 * 1024) as ws:
+    async with open_websocket(full, max_message_size=64 * 1024 * 1024) as ws:
         client = HostClient(ws, **kw)
         async with trio.open_nursery() as n:
             n.start_soon(client._reader)
@@ -173,6 +173,21 @@ async def connect(url: str, token: str | None, **kw: Any) -> AsyncIterator[HostC
                 yield client
             finally:
                 n.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def open_websocket(url: str, **kw: Any) -> AsyncIterator[WebSocketConnection]:
+    """trio-websocket's open_websocket_url, whose TCP connection is closed however the
+    WebSocket ended: 0.12 leaves it open when the other side closed first (its aclose
+    returns early once a close reason is set), for the garbage collector to find."""
+    ws = None
+    try:
+        async with open_websocket_url(url, **kw) as ws:
+            yield ws
+    finally:
+        if ws is not None:
+            with trio.CancelScope(shield=True):
+                await ws._stream.aclose()
 
 
 async def _main(args: argparse.Namespace) -> int:

@@ -348,10 +348,15 @@ async def serve_on_loopback(app: Any, *, graceful: float = 0.5,
 
 
 async def serve_meter(meter: Meter, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """The codex usage meter: its own loopback port (plain HTTP; agents reach it by URL)."""
-    async with trio.open_nursery() as n:
-        meter.url = await n.start(serve_on_loopback, meter)
-        task_status.started()
+    """The codex usage meter: its own loopback port (plain HTTP; agents reach it by URL).
+    Its upstream connections are closed when it stops (else they are left to the GC)."""
+    try:
+        async with trio.open_nursery() as n:
+            meter.url = await n.start(serve_on_loopback, meter)
+            task_status.started()
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await meter.aclose()
 
 
 def print_ready(url: str, cfg: Config, out: Any = sys.stderr) -> None:

@@ -39,6 +39,27 @@ def fake_cli_config(tmp_path: Path, callers: tuple[str, ...] = ("alice",), modes
     return path, tokens
 
 
+def held_fan_out(tmp_path: Path, agents: int, quick: int) -> tuple[Path, Path, dict[str, str], Path, str]:
+    """A daemon config (fake claude, alice with a key) and a script fanning out `agents`
+    agents of which the first `quick` end at once and the rest wait on the `hold` file.
+    Without the sandbox: the fake waits on a host file (test_crash_only covers kill -9 under it).
+    Returns (state dir, config path, tokens, hold file, script)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    key = state / "alice.key"
+    key.write_text("sk-test-kill9-key")
+    key.chmod(0o600)
+    path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": str(cli)}},
+                                caller_extra={"apiKeyFile": str(key)}, sandbox="none")
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    script = (f"return await parallel(Array.from({{length: {agents}}}, (_, i) => () => "
+              f"agent(i < {quick} ? 'noop ' + i : 'waitfile:' + args.hold + ' ' + i, {{ label: 'a' + i }})))")
+    return state, path, tokens, hold, script
+
+
 @attrs.define
 class CliDaemon:
     proc: trio.Process

@@ -7,25 +7,46 @@ under MockClock with autojump; real processes (node, the daemon) are real.
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import io
 import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 import attrs
 import pytest
 import trio
 
 from swarmbase import config, daemon, identity
+from swarmbase.audit.render import audit_command
 from swarmbase.script.runner import RUNNER, RunnerLimits
+
+from .browser import chromium
+from .fakes import fake_claude
 
 
 CLAUDE = Path(__file__).resolve().parent / ".tools" / "node_modules" / ".bin" / "claude"
+CODEX = Path(__file__).resolve().parent / ".tools" / "node_modules" / ".bin" / "codex"
+FAKE_CLI_KEY = "sk-fake-key-0123456789abcdef"     # alice's key in fake_daemon
+GATEWAY = "gw-canary-" + secrets.token_hex(16)    # alice's key in codex_daemon (a gateway token)
+
+
+@pytest.fixture(autouse=True)
+def collect_leaks_here() -> Iterator[None]:
+    """A collection after every test, in its teardown: a ResourceWarning (an error, see
+    pyproject.toml) for a file, socket or process left in a reference cycle is then
+    reported against the test that leaked it, not whichever test the collector next runs
+    in (which, under xdist, is an unrelated test on the same worker)."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture
@@ -34,6 +55,23 @@ def claude_bin() -> str:
     if not CLAUDE.exists():
         pytest.fail(f"the Claude Code CLI is not installed at {CLAUDE}: run bash tests/install.sh")
     return str(CLAUDE)
+
+
+@pytest.fixture
+def codex_bin() -> str:
+    """The real Codex CLI and the bubblewrap it runs in (tests/install.sh); fails, never skips."""
+    if not CODEX.exists():
+        pytest.fail(f"the Codex CLI is not installed at {CODEX}: run bash tests/install.sh")
+    if not shutil.which("bwrap"):
+        pytest.fail("bubblewrap is not installed: run bash tests/install.sh (Debian package bubblewrap)")
+    return str(CODEX)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Headless Chromium (tests/browser.py), quit after the test."""
+    with chromium() as driver:
+        yield driver
 
 
 def give_to_sandbox(path: Path) -> Path:
@@ -151,6 +189,22 @@ def process_records(procs: Path) -> list[Path]:
     return out
 
 
+def pty_env(**extra: str) -> dict[str, str]:
+    """The environment for a child whose stdout is a pty the test sized: without COLUMNS
+    and LINES, which would override the pty's size (pytest-xdist's workers have them set
+    to 80x24)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    return {**env, **extra}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
 def runner_pids() -> list[int]:
     """Live script-runner (node) processes started by this test process (under the
     sandbox they are grandchildren: bwrap, its init, then node)."""
@@ -161,6 +215,40 @@ def runner_pids() -> list[int]:
         if os.path.basename(argv[0]) != b"bwrap" and str(RUNNER).encode() in argv:
             out.append(p)
     return out
+
+
+def direct(messages: list[dict[str, Any]], env: dict[str, str] | None = None,
+           until: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+    """Speak the JSON-lines protocol to the runner directly (no daemon side). stdin stays
+    open until a message satisfies `until` (closing it ends the runner)."""
+    from swarmbase.script.runner import RUNNER_ENV, node_argv
+    proc = subprocess.Popen(node_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env={**RUNNER_ENV, **(env or {})}, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        proc.stdin.flush()
+        got = []
+        if until is not None:
+            for line in proc.stdout:
+                got.append(json.loads(line))
+                if until(got[-1]):
+                    break
+        proc.stdin.close()
+        got += [json.loads(line) for line in proc.stdout if line.strip()]
+        return got
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stdin.close()
+        proc.stdout.close()
+
+
+def notice(i: int, pad: int = 0) -> dict[str, Any]:
+    """A run-end notice as the outbox holds it, for run number i (`pad` characters of text more)."""
+    return {"featureSet": "swarmbase.notify", "eventId": f"run_{i:012x}:end", "timestamp": "t",
+            "origin": {"source": "swarmbase", "kind": "run-end", "runId": f"run_{i:012x}"},
+            "tags": ["surface:done"], "payload": {"content": [{"type": "text", "text": f"n{i}" + "x" * pad}]}}
 
 
 async def run_to_end(env: Env, script: str, caller: str = "alice", timeout: float = 60, **params: Any) -> Any:
@@ -198,9 +286,73 @@ async def engine_daemon(tmp_path: Path, nursery: trio.Nursery, *, engines: dict[
     return env
 
 
+async def fake_daemon(tmp_path: Path, nursery: trio.Nursery, caller_extra: dict[str, Any] | None = None,
+                      **extra: Any) -> Env:
+    """The fast fake CLI (tests/fakes/fake_claude.py, installed in tmp_path/bin), without
+    the sandbox (these tests are about the plumbing; the fake writes its dumps and
+    grandchild pids into its cwd). Sandboxed agents: test_sandbox_policy.py."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    cli = fake_claude.install(bindir)
+    extra.setdefault("sandbox", "none")
+    return await engine_daemon(tmp_path, nursery, key=FAKE_CLI_KEY,
+                               engines={"claude": {"bin": str(cli), "baseUrl": "http://127.0.0.1:9/gw"}},
+                               caller_extra={"maxProfile": "write", **(caller_extra or {})}, **extra)
+
+
+def spawns(tmp_path: Path) -> list[str]:
+    """One line per fake CLI process started from tmp_path/bin (its spawn log)."""
+    log = tmp_path / "bin" / "spawns.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def dumps(env: Env, run: Any) -> list[dict[str, Any]]:
+    """What each fake CLI agent that ran `dump` saw (argv, environment), in start order."""
+    work = env.services.store.work_dir(run)
+    return [json.loads(p.read_text()) for p in sorted(work.glob("dump-*.json"), key=lambda p: p.stat().st_mtime)]
+
+
+async def codex_daemon(tmp_path: Path, nursery: trio.Nursery, bin_path: str, base_url: str,
+                       caller_extra: dict[str, Any] | None = None, sandbox: str = "bwrap",
+                       engine_extra: dict[str, Any] | None = None, **extra: Any) -> Env:
+    """The codex engine on `bin_path` through the meter to `base_url`, under bubblewrap."""
+    return await engine_daemon(
+        tmp_path, nursery, key=GATEWAY,
+        engines={"codex": {"bin": bin_path, "baseUrl": base_url, "maxTokensDefault": 200_000,
+                           "maxTokensMax": 300_000, **(engine_extra or {})}},
+        caller_extra={"maxProfile": "read", "defaultModels": {"codex": "gpt-5.5"}, **(caller_extra or {})},
+        sandbox=sandbox, **extra)
+
+
+async def wait_agent(env: Env, run: Any, n: int, check: Callable[[Any], bool]) -> None:
+    """Until agent n of a live run satisfies `check` (its AgentRecord)."""
+    with trio.fail_after(30):
+        while True:
+            live = env.services.supervisor.live.get(run.id)
+            if live and n in live.agents and check(live.agents[n]):
+                return
+            await trio.sleep(0.02)
+
+
+async def wait_state(env: Env, run: Any, n: int, state: str) -> None:
+    await wait_agent(env, run, n, lambda rec: rec.state == state)
+
+
+async def wait_streamed(env: Env, run: Any, n: int) -> None:
+    """Until running agent n's live figures (what status shows) count some tokens."""
+    await wait_agent(env, run, n, lambda rec: rec.state == "running" and rec.row()["tokens"] > 0)
+
+
 def agent_json(env: Env, run: Any, n: int) -> dict[str, Any]:
     """An agent's record as written to disk."""
     return json.loads((env.services.store.dir(run) / "agents" / str(n) / "agent.json").read_text())
+
+
+def audit(state: Path, run_id: str) -> tuple[int, str]:
+    """`swarmbase audit RUN` on a state dir: its exit code and what it printed."""
+    out = io.StringIO()
+    code = audit_command(state, run_id, False, out, out)
+    return code, out.getvalue()
 
 
 async def start_cli_daemon(cfg_path: Path, env: dict[str, str] | None = None,
@@ -232,3 +384,16 @@ def small_disk(tmp_path: Path) -> Any:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def record_opened(launcher: Any) -> list[dict[str, Any]]:
+    """From now on, the record (a runner's says "runner": true) of every process the
+    daemon starts through `launcher`: its open() is the one door every child goes through."""
+    opened: list[dict[str, Any]] = []
+    real_open = launcher.open
+
+    def recording_open(spec: Any, **kw: Any) -> Any:
+        opened.append(dict(spec.record))
+        return real_open(spec, **kw)
+    launcher.open = recording_open
+    return opened

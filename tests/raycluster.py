@@ -113,6 +113,7 @@ class RayCluster:
                                    # a dead node is marked dead in ~1.5 s, not the default ~15 s
                                    '--system-config={"health_check_period_ms": 500, "health_check_failure_threshold": 3}'],
                                   env=self.env(), stdout=head_log, stderr=subprocess.STDOUT)
+        head_log.close()                                  # the node has its own copy of the fd
         self.node_dir.mkdir(exist_ok=True)
         # The worker after the head is up: started together on a loaded machine, the
         # worker's `ray start` gave up waiting for the head's node info.
@@ -130,6 +131,7 @@ class RayCluster:
                                      "--object-store-memory=80000000"],
                                     env=self.env({"SWARMBASE_NODE_DIR": str(self.node_dir), **self.worker_env}),
                                     stdout=log, stderr=subprocess.STDOUT)
+        log.close()
         self._wait_started(self.worker, "worker.log")
 
     def _wait_started(self, node: subprocess.Popen, log: str, timeout: float = 90) -> None:

@@ -13,9 +13,8 @@ import trio
 from swarmbase import config
 from swarmbase.mcpl import tools
 
-from .conftest import CLAUDE, Env, agent_json, engine_daemon, result_of, run_to_end, start_daemon, write_config
+from .conftest import CLAUDE, Env, agent_json, engine_daemon, fake_daemon, result_of, run_to_end, start_daemon, write_config
 from .fakes.anthropic_api import FakeAnthropic
-from .test_agents import fake_daemon
 
 
 async def test_agents_of_a_parallel_start_in_call_order(tmp_path: Path, nursery: trio.Nursery) -> None:

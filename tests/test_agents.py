@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -18,36 +17,8 @@ from swarmbase.engines import framing
 from swarmbase.launch.procs import process_start_time, reap_recorded_groups
 from swarmbase.runs.budget import BudgetGate, BudgetSpent, Ledger
 
-from .conftest import Env, agent_json, engine_daemon, process_records, result_of, run_to_end
-from .fakes import fake_claude
-
-KEY = "sk-fake-key-0123456789abcdef"
-
-
-async def fake_daemon(tmp_path: Path, nursery: trio.Nursery, caller_extra: dict[str, Any] | None = None,
-                      **extra: Any) -> Env:
-    """The fast fake CLI, without the sandbox (these tests are about the plumbing; the fake
-    writes its dumps and grandchild pids into its cwd). Sandboxed agents: test_sandbox.py."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    cli = fake_claude.install(bindir)
-    extra.setdefault("sandbox", "none")
-    return await engine_daemon(tmp_path, nursery, key=KEY,
-                               engines={"claude": {"bin": str(cli), "baseUrl": "http://127.0.0.1:9/gw"}},
-                               caller_extra={"maxProfile": "write", **(caller_extra or {})}, **extra)
-
-
-def dumps(env: Env, run: Any) -> list[dict[str, Any]]:
-    work = env.services.store.work_dir(run)
-    return [json.loads(p.read_text()) for p in sorted(work.glob("dump-*.json"), key=lambda p: p.stat().st_mtime)]
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+from .conftest import FAKE_CLI_KEY as KEY
+from .conftest import agent_json, dumps, fake_daemon, pid_alive, process_records, result_of, run_to_end, wait_streamed
 
 
 async def test_exact_argv_and_environment_per_profile(tmp_path: Path, nursery: trio.Nursery,
@@ -127,8 +98,12 @@ async def test_skip_kills_whole_group_and_run_goes_on(tmp_path: Path, nursery: t
                                               "keepWork": True})
     work = sup.env.store.work_dir(run)
     with trio.fail_after(30):
-        while not list(work.glob("grandchild-*")):
+        # The pid file is written (it exists before its pid is in it), and the usage the
+        # fake prints after it has been read: skipped before that, nothing streamed and the
+        # agent is charged exactly $0, not estimated (answers.charge).
+        while not [p for p in work.glob("grandchild-*") if p.read_text().strip()]:
             await trio.sleep(0.02)
+        await wait_streamed(env, run, 1)
         leader = int(list(work.glob("grandchild-*"))[0].name.split("-")[1])
         grandchild = int(list(work.glob("grandchild-*"))[0].read_text())
         assert pid_alive(leader) and pid_alive(grandchild)
@@ -154,6 +129,8 @@ async def test_cancel_kills_agent_groups(tmp_path: Path, nursery: trio.Nursery) 
             await trio.sleep(0.02)
         pids = [int(p.name.split("-")[1]) for p in work.glob("grandchild-*")]
         pids += [int(p.read_text()) for p in work.glob("grandchild-*")]
+        for n in (1, 2):             # they have streamed usage, so a kill has something to charge
+            await wait_streamed(env, run, n)
         sup.cancel(run)
         await sup.live[run.id].finished.wait()
     assert run.status == "cancelled"

@@ -3,7 +3,6 @@ real daemon (fake claude CLI, real Node runner), including a kill -9 mid-run."""
 
 from __future__ import annotations
 
-import io
 import json
 import signal
 from pathlib import Path
@@ -14,24 +13,16 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarmbase import usage
-from swarmbase.audit.render import audit_command
 from swarmbase.client import connect
 from swarmbase.mcpl import tools
 
-from .conftest import run_to_end, start_cli_daemon
-from .test_agents import fake_daemon
-from .test_durability import held_fan_out, spawns
-from .test_telemetry import OtlpReceiver, attrs_of
+from .clidaemon import held_fan_out
+from .conftest import audit, fake_daemon, run_to_end, spawns, start_cli_daemon
+from .fakes.otlp import OtlpReceiver, attrs_of
 
 SCRIPT = ("phase('fan-out');\nlog('starting');\n"
           "const xs = await parallel([1, 2, 3].map((i) => () => agent('noop ' + i, {label: 'a' + i})));\n"
           "phase('last');\nreturn [...xs, await agent('noresult', {label: 'broken'})];")
-
-
-def audit(state: Path, run_id: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = audit_command(state, run_id, False, out, out)
-    return code, out.getvalue()
 
 
 async def test_real_runs_are_chained_and_verify(tmp_path: Path, nursery: trio.Nursery) -> None:

@@ -9,7 +9,6 @@ import fcntl
 import json
 import os
 import pty
-import socket
 import struct
 import subprocess
 import sys
@@ -21,20 +20,14 @@ import trio
 
 from swarmbase.client_progress import progress_line
 
-from .conftest import Env
-from .test_agents import fake_daemon
+from .conftest import Env, fake_daemon, pty_env
+from .sockets import free_port
 
 SCRIPT = """phase('first');
 await agent('waitfile:{g1}');
 phase('second');
 await parallel([() => agent('waitfile:{g2}'), () => agent('waitfile:{g2}')]);
 return 'all done';"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def gated(tmp_path: Path, nursery: trio.Nursery) -> tuple[Env, list[str], list[Path]]:
@@ -105,7 +98,8 @@ async def test_wait_on_a_terminal_rewrites_one_line(tmp_path: Path, nursery: tri
     # A wide terminal: the line is cut to the terminal's width, and the phase comes last.
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     os.set_blocking(master, False)
-    proc = await trio.lowlevel.open_process(argv, env=client_env(env), stdout=slave, stderr=subprocess.PIPE)
+    proc = await trio.lowlevel.open_process(argv, env=pty_env(SWARMBASE_CONFIG=str(env.state / "config.json")),
+                                            stdout=slave, stderr=subprocess.PIPE)
     os.close(slave)
     raw = b""
     try:

@@ -9,7 +9,6 @@ import fcntl
 import json
 import os
 import pty
-import socket
 import struct
 import subprocess
 import sys
@@ -22,7 +21,8 @@ import trio
 from swarmbase.client_progress import printable
 
 from .clidaemon import cli_daemon
-from .conftest import write_config
+from .conftest import pty_env, write_config
+from .sockets import free_port
 
 # A window title (OSC, ended by BEL), clear screen (CSI), an 8-bit CSI (C1), a bare CR,
 # and a bidi override: each would act on the user's terminal.
@@ -39,12 +39,6 @@ def test_printable_keeps_tabs_and_newlines_and_marks_the_rest() -> None:
     assert printable("naïve — ✓ 日本") == "naïve — ✓ 日本"          # text is text
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.timeout(90)
 async def test_wait_on_a_terminal_shows_no_escape_a_script_wrote(tmp_path: Path) -> None:
     path, _ = write_config(tmp_path / "state", callers=["alice"])
@@ -56,7 +50,7 @@ async def test_wait_on_a_terminal_shows_no_escape_a_script_wrote(tmp_path: Path)
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 300, 0, 0))   # the line fits
         os.set_blocking(master, False)
-        proc = await trio.lowlevel.open_process(argv, env=dict(os.environ, SWARMBASE_CONFIG=str(path)),
+        proc = await trio.lowlevel.open_process(argv, env=pty_env(SWARMBASE_CONFIG=str(path)),
                                                 stdout=slave, stderr=subprocess.PIPE)
         os.close(slave)
         raw = b""

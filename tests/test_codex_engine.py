@@ -4,10 +4,7 @@ Responses API on loopback, inside Debian's bubblewrap. These must not skip."""
 from __future__ import annotations
 
 import json
-import secrets
-import shutil
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -17,37 +14,12 @@ from swarmbase import config
 from swarmbase.engines import codex, codex_agent
 from swarmbase.engines.strict_schema import StrictSchemaError, strict
 
-from .conftest import Env, agent_json, engine_daemon, process_records, result_of, run_to_end
+from .conftest import GATEWAY, agent_json, codex_daemon, process_records, result_of, run_to_end
 from .fakes.responses_api import FakeResponses
-
-ROOT = Path(__file__).resolve().parent.parent
-CODEX = ROOT / "tests" / ".tools" / "node_modules" / ".bin" / "codex"
-GATEWAY = "gw-canary-" + secrets.token_hex(16)
-
-
-@pytest.fixture
-def codex_bin() -> str:
-    if not CODEX.exists():
-        pytest.fail(f"the Codex CLI is not installed at {CODEX}: run bash tests/install.sh")
-    if not shutil.which("bwrap"):
-        pytest.fail("bubblewrap is not installed: run bash tests/install.sh (Debian package bubblewrap)")
-    return str(CODEX)
-
 
 @pytest.fixture
 async def api(nursery: trio.Nursery) -> FakeResponses:
     return await nursery.start(FakeResponses().serve)
-
-
-async def codex_daemon(tmp_path: Path, nursery: trio.Nursery, bin_path: str, base_url: str,
-                       caller_extra: dict[str, Any] | None = None, sandbox: str = "bwrap",
-                       engine_extra: dict[str, Any] | None = None, **extra: Any) -> Env:
-    return await engine_daemon(
-        tmp_path, nursery, key=GATEWAY,
-        engines={"codex": {"bin": bin_path, "baseUrl": base_url, "maxTokensDefault": 200_000,
-                           "maxTokensMax": 300_000, **(engine_extra or {})}},
-        caller_extra={"maxProfile": "read", "defaultModels": {"codex": "gpt-5.5"}, **(caller_extra or {})},
-        sandbox=sandbox, **extra)
 
 
 async def test_usage_across_requests_in_one_turn(tmp_path: Path, nursery: trio.Nursery, codex_bin: str,

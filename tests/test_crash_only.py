@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import signal
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -282,16 +283,41 @@ async def test_after_kill_9_the_runs_agents_are_marked_interrupted(tmp_path: Pat
 
 
 
+# A finished run keeps its record (~2 KB, CHANGELOG: it was ~4.7 KB before the records were
+# packed, and the leak this test was written for kept ~16 KB). RSS also moves in steps (a
+# new arena, a trim), which a fixed "within 5 MB after 2,000 runs" bound was crossed by on
+# a loaded machine. What holds on any machine is the slope: RSS sampled after every batch
+# of runs and fitted over many samples, below what a run cost before the packing.
+BOUND_KB_PER_RUN = 3.5
+WARMUP_RUNS, SAMPLES, RUNS_PER_SAMPLE = 100, 40, 20
+
+
+def per_run_growth_kb(samples: list[tuple[int, float]]) -> float:
+    """The least-squares slope of (runs done, RSS MB), in KB per run."""
+    fit = statistics.linear_regression([float(n) for n, _ in samples], [mb for _, mb in samples])
+    return fit.slope * 1024
+
+
+def test_the_slope_sees_unpacked_records_through_steps() -> None:
+    # 4.7 KB a run (the cost before packing) under 1 MB steps is seen; the same steps on a
+    # flat line, or on 2 KB a run, are not.
+    steps = [(WARMUP_RUNS + RUNS_PER_SAMPLE * i, 60.0 + (i % 3 == 0) * 1.0) for i in range(SAMPLES)]
+    def growing(kb: float) -> list[tuple[int, float]]:
+        return [(n, mb + (n - WARMUP_RUNS) * kb / 1024) for n, mb in steps]
+    assert per_run_growth_kb(growing(4.7)) > BOUND_KB_PER_RUN > per_run_growth_kb(growing(2.0))
+    assert abs(per_run_growth_kb(steps)) < 0.5
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-async def test_memory_stays_flat_over_2000_runs(tmp_path: Path) -> None:
-    """Finished runs cost the daemon no more than a boot-loaded run's record: its RSS after
-    2,000 runs is within 5 MB of what it was after 10 (the issue saw +16 KB per run)."""
+async def test_memory_stays_flat_over_many_runs(tmp_path: Path) -> None:
+    """Finished runs cost the daemon no more than their packed records: after a warm-up,
+    its RSS grows by less than BOUND_KB_PER_RUN a run, fitted over 800 runs."""
     path, tokens = daemon_config(tmp_path, str(CLAUDE))
     cfg = json.loads(path.read_text())
     cfg["callers"][0]["maxActiveRuns"] = 5
     path.write_text(json.dumps(cfg))
-    marks: dict[int, float] = {}
+    samples: list[tuple[int, float]] = []
     async with cli_daemon(path) as d:
         async with connect(d.ws, tokens["alice"]) as h:
             await h.handshake()
@@ -301,19 +327,20 @@ async def test_memory_stays_flat_over_2000_runs(tmp_path: Path) -> None:
                     rid = (await h.tool("run", {"script": f"log('run {i}'); return {i}"}))["structuredContent"]["runId"]
                     assert "swarmbase:completed" in (await h.wait_notice(f"{rid}:end"))["tags"]
 
-            async def batch(first: int, total: int, workers: int) -> None:
-                async with trio.open_nursery() as n:
+            async def batch(first: int, total: int, workers: int = 5) -> None:
+                async with trio.open_nursery() as n:      # 5 at a time: fsync waits overlap
                     for w in range(workers):
                         n.start_soon(runs, first + w * (total // workers), total // workers)
 
-            await batch(0, 10, 1)
-            await trio.sleep(1.0)
-            marks[10] = rss_mb(d.proc.pid)
-            await batch(10, 1990, 5)          # 5 at a time: fsync waits overlap
-            await trio.sleep(1.0)
-            marks[2000] = rss_mb(d.proc.pid)
+            await batch(0, WARMUP_RUNS)
+            done = WARMUP_RUNS
+            for _ in range(SAMPLES):
+                await batch(done, RUNS_PER_SAMPLE)
+                done += RUNS_PER_SAMPLE
+                samples.append((done, rss_mb(d.proc.pid)))
             st = (await h.tool("list", {}))["structuredContent"]
             assert st["runs"]                                 # still serving
-    grew = marks[2000] - marks[10]
-    print(f"daemon RSS after 10 runs {marks[10]:.1f} MB, after 2,000 {marks[2000]:.1f} MB (+{grew:.1f} MB)")
-    assert grew < 5.0, marks
+    slope = per_run_growth_kb(samples)
+    print(f"daemon RSS {samples[0][1]:.1f} MB after {samples[0][0]} runs, {samples[-1][1]:.1f} MB after "
+          f"{samples[-1][0]}; fitted growth {slope:.2f} KB per run")
+    assert slope < BOUND_KB_PER_RUN, samples

@@ -20,7 +20,7 @@ import trio
 from swarmbase.client import connect
 
 from .clidaemon import cli_daemon, fake_cli_config
-from .test_client import free_port
+from .sockets import free_port
 
 
 def read_to_eof(port: int, request: bytes) -> bytes:

@@ -4,6 +4,7 @@ POSTs and the Host allowlist."""
 from __future__ import annotations
 
 import json
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -11,10 +12,8 @@ import httpx
 import pytest
 import trio
 
-from .conftest import Env, run_to_end
-from .test_agents import fake_daemon
-
-ADMIN = "admin@example.com"
+from .browser import ADMIN
+from .conftest import Env, fake_daemon, run_to_end, wait_state
 
 
 @pytest.fixture
@@ -23,31 +22,43 @@ async def dash(tmp_path: Path, nursery: trio.Nursery) -> Env:
                              publicUrl="https://box.tailnet.ts.net:7360")
 
 
-async def wait_state(env: Env, run: Any, n: int, state: str) -> None:
-    with trio.fail_after(30):
-        while True:
-            live = env.services.supervisor.live.get(run.id)
-            if live and n in live.agents and live.agents[n].state == state:
-                return
-            await trio.sleep(0.02)
+class sse_events:
+    """The frames of an SSE stream (`{"event", "id", "data"}`, or `{"comment"}` for a
+    keep-alive), as an async iterator. Not an async generator: tests stop reading
+    mid-stream, and trio warns (a ResourceWarning, an error here) about every generator
+    left so. The response is closed when the stream ends or fails; one left mid-stream
+    is closed with its client."""
 
+    def __init__(self, client: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None) -> None:
+        self.client, self.url, self.headers = client, url, headers or {}
+        self.stack = AsyncExitStack()
+        self.lines: AsyncIterator[str] | None = None
 
-async def sse_events(client: httpx.AsyncClient, url: str, headers: dict[str, str] | None = None
-                     ) -> AsyncIterator[dict[str, Any]]:
-    async with client.stream("GET", url, headers=headers or {}) as r:
-        assert r.status_code == 200
-        assert r.headers["content-type"].startswith("text/event-stream")
-        frame: dict[str, Any] = {}
-        async for line in r.aiter_lines():
-            if line == "":
-                if frame:
-                    yield frame
-                frame = {}
-            elif line.startswith(":"):
-                yield {"comment": line}
-            else:
-                k, _, v = line.partition(": ")
-                frame[k] = v
+    def __aiter__(self) -> "sse_events":
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        try:
+            if self.lines is None:
+                r = await self.stack.enter_async_context(self.client.stream("GET", self.url, headers=self.headers))
+                assert r.status_code == 200
+                assert r.headers["content-type"].startswith("text/event-stream")
+                self.lines = r.aiter_lines()
+            frame: dict[str, Any] = {}
+            async for line in self.lines:
+                if line == "":
+                    if frame:
+                        return frame
+                elif line.startswith(":"):
+                    return {"comment": line}
+                else:
+                    k, _, v = line.partition(": ")
+                    frame[k] = v
+            raise StopAsyncIteration
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.stack.aclose()
+            raise
 
 
 async def test_pages_render(dash: Env, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 (installed by tests/install.sh). Missing Chromium fails these tests; it never skips them.
 
 The daemon runs in the test's Trio loop; Selenium's blocking calls run in a thread so the
-daemon keeps serving meanwhile. Live usage and transcript lines are published through the
+daemon keeps serving meanwhile (tests/browser.py). Live usage and transcript lines are published through the
 hub from the test (hub.publish / hub.publish_agent_line), as the core will once it streams
 them. Every page is checked for console errors (a CSP violation is one).
 """
@@ -10,10 +10,8 @@ them. Every page is checked for console errors (a CSP violation is one).
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -23,58 +21,8 @@ from swarmbase import config
 from swarmbase.admin import AdminStore
 
 from . import gen_runs
-from .conftest import Env, run_to_end, start_daemon, write_config
-from .test_agents import fake_daemon
-from .test_dashboard import ADMIN, wait_state
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-
-
-@pytest.fixture
-def browser() -> Any:
-    for exe in (CHROMIUM, CHROMEDRIVER):
-        if not Path(exe).exists():
-            pytest.fail(f"{exe} is missing: run bash tests/install.sh (Debian packages chromium, chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    profile = tempfile.mkdtemp(prefix="sb-chromium-")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--window-size=1280,900", f"--user-data-dir={profile}"):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
-    # What `tailscale serve` would add for a logged-in admin.
-    driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Tailscale-User-Login": ADMIN}})
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
-
-
-async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    return await trio.to_thread.run_sync(fn, *args)
-
-
-def wait_for(driver: Any, check: Callable[[Any], Any], timeout: float = 20) -> Any:
-    """Poll `check` until truthy. Rows are re-rendered on every event, so an element
-    found a moment ago may be stale: such polls are simply retried."""
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
-    from selenium.webdriver.support.ui import WebDriverWait
-    return WebDriverWait(driver, timeout, poll_frequency=0.05,
-                         ignored_exceptions=(StaleElementReferenceException, NoSuchElementException)).until(check)
-
-
-def console_errors(driver: Any) -> list[str]:
-    """Console errors since the last call (CSP violations and script errors are SEVERE)."""
-    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"
-            and "favicon" not in e["message"]]
-
+from .browser import ADMIN, console_errors, in_thread, wait_for
+from .conftest import Env, fake_daemon, run_to_end, start_daemon, wait_state, write_config
 
 def sign_in(driver: Any, env: Env) -> None:
     """The admin-link flow in the browser: open the link, press the button."""

@@ -17,9 +17,8 @@ from swarmbase import config
 from swarmbase.admin import AdminStore
 
 from .audit_runs import AgentSpec, write_run
+from .browser import ADMIN, console_errors, in_thread, wait_for
 from .conftest import Env, start_daemon, write_config
-from .test_dashboard import ADMIN
-from .test_dashboard_browser import browser, console_errors, in_thread, wait_for  # noqa: F401  (fixture)
 
 # Runs in every page (CDP: before the document's own scripts, for every navigation).
 COUNT_VIOLATIONS = """

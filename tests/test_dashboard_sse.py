@@ -105,7 +105,11 @@ async def test_flood_of_non_reading_clients_against_the_daemon(tmp_path: Path) -
         stats = await flood.stream_stats(host, port)
         assert stats["refused"] >= refused and stats["dropped"] >= 1      # stuck writers were let go
         assert peak - base < 200, (base, peak)
-        await trio.sleep(12)       # refused connections' keep-alive ends, then the heap is handed back
+        # The heap is handed back TRIM_AFTER_S (8 s) after the flood ebbs: until then, and
+        # however long a loaded machine takes past it (the bound below is what must hold).
+        with trio.move_on_after(60):
+            while flood.rss_mb(d.proc.pid) - base >= 50:
+                await trio.sleep(0.5)
         after = flood.rss_mb(d.proc.pid)
         print(f"\nRSS base {base:.0f} MB, peak {peak:.0f} MB with 1,500 clients ({most} streams at most, {refused} refused), "
               f"after {after:.0f} MB; /healthz {flood.summary(latencies)}")

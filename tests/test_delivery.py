@@ -8,7 +8,7 @@ import json
 import logging
 import random
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 import trio
@@ -20,7 +20,7 @@ from swarmbase.mcpl.session import Hub, Session
 from swarmbase.notify.outbox import Outbox
 from swarmbase.runs.observers import NoObserver, Observers
 
-from .test_outbox import notice
+from .conftest import notice
 
 
 def test_classify_answers() -> None:
@@ -92,11 +92,24 @@ class MemHost:
         await self.send({"id": self._next, "method": "featureSets/update",
                          "params": {"effectiveCapabilities": ["pushEvents", "tools"]}})
 
-    async def pushes(self) -> AsyncIterator[dict[str, Any]]:
-        async for frame in self.t.to_host:
+    def pushes(self) -> "MemHost":
+        """The push/event frames the host receives, as an async iterator. Not an async
+        generator: tests stop reading mid-stream, and a generator left so is finalized
+        by the garbage collector (a ResourceWarning)."""
+        return self
+
+    def __aiter__(self) -> "MemHost":
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        while True:
+            try:
+                frame = await self.t.to_host.receive()
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
             msg = json.loads(frame)
             if msg.get("method") == "push/event":
-                yield msg
+                return msg
 
     async def answer(self, msg: dict[str, Any], body: dict[str, Any]) -> None:
         await self.send({"id": msg["id"], **body})

@@ -24,9 +24,8 @@ from swarmbase.runs.deferred import Deferred
 from swarmbase.runs.journal import Journal, args_hash
 
 from .clidaemon import cli_daemon
-from .conftest import write_config
+from .conftest import audit, write_config
 from .fakes.anthropic_api import FakeAnthropic
-from .test_audit_integration import audit
 
 # 60 KB: more than the few pages the daemon frees as agents end (their process records),
 # so neither a reply's transcript line nor its journal line can find room on the full disk.

@@ -16,14 +16,9 @@ from swarmbase.runs import journal
 from swarmbase.runs.model import Run
 from swarmbase.runs.store import RunStore
 
-from .conftest import Env, agent_json, process_records, result_of, run_to_end, start_cli_daemon, start_daemon, write_config
-from .fakes import fake_claude
-from .test_agents import fake_daemon, pid_alive
-
-
-def spawns(tmp_path: Path) -> list[str]:
-    log = tmp_path / "bin" / "spawns.log"
-    return log.read_text().splitlines() if log.exists() else []
+from .clidaemon import held_fan_out
+from .conftest import (Env, agent_json, fake_daemon, pid_alive, process_records, result_of, run_to_end, spawns,
+                       start_cli_daemon, start_daemon, write_config)
 
 
 def end_notices(h: Any) -> list[str]:
@@ -217,27 +212,6 @@ def cmdline(pid: int) -> bytes:
 def live_pids_matching(needle: bytes) -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and needle in cmdline(int(p.name))
             and pid_alive(int(p.name))]
-
-
-def held_fan_out(tmp_path: Path, agents: int, quick: int) -> tuple[Path, Path, dict[str, str], Path, str]:
-    """A daemon config (fake claude, alice with a key) and a script fanning out `agents`
-    agents of which the first `quick` end at once and the rest wait on the `hold` file.
-    Without the sandbox: the fake waits on a host file (test_crash_only covers kill -9 under it).
-    Returns (state dir, config path, tokens, hold file, script)."""
-    state = tmp_path / "state"
-    state.mkdir()
-    (tmp_path / "bin").mkdir()
-    cli = fake_claude.install(tmp_path / "bin")
-    key = state / "alice.key"
-    key.write_text("sk-test-kill9-key")
-    key.chmod(0o600)
-    path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": str(cli)}},
-                                caller_extra={"apiKeyFile": str(key)}, sandbox="none")
-    hold = tmp_path / "hold"
-    hold.write_text("")
-    script = (f"return await parallel(Array.from({{length: {agents}}}, (_, i) => () => "
-              f"agent(i < {quick} ? 'noop ' + i : 'waitfile:' + args.hold + ' ' + i, {{ label: 'a' + i }})))")
-    return state, path, tokens, hold, script
 
 
 @pytest.mark.timeout(180)

@@ -26,6 +26,7 @@ from swarmbase.launch.spawn import on_spawner
 from swarmbase.launch.spec import LaunchSpec
 
 from .conftest import write_config
+from .sockets import listener, serve_hello
 
 
 def test_entries() -> None:
@@ -89,25 +90,10 @@ def test_netns_init_reports_what_failed() -> None:
                            "127.0.0.1:7", "--", "/bin/sh", "-c", "echo RAN"], pass_fds=(theirs.fileno(),),
                           capture_output=True, timeout=60)
     theirs.close()
-    msg, fds, _, _ = socket.recv_fds(ours, 4096, 4)
+    with ours:
+        msg, fds, _, _ = socket.recv_fds(ours, 4096, 4)
     assert proc.returncode == 70 and b"RAN" not in proc.stdout
     assert msg == b"error: Address already in use" and fds == []
-
-
-async def serve_hello(lsock: socket.socket, word: bytes) -> None:
-    s = trio.socket.from_stdlib_socket(lsock)
-    while True:
-        conn, _ = await s.accept()
-        with conn:
-            await conn.recv(4096)
-            await conn.send(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(word), word))
-
-
-def listener() -> tuple[socket.socket, int]:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen()
-    return s, s.getsockname()[1]
 
 
 @pytest.mark.parametrize("kind", ["thread", "helper", "userns"])
@@ -244,6 +230,8 @@ async def test_the_relay_half_closes_and_delivers_what_a_dead_client_sent() -> N
             while len(received) < 2:            # the destination reads what was delivered
                 await trio.sleep(0.01)
             n.cancel_scope.cancel()
+    upstream.close()
+    lsock.close()
     assert received == [b"x" * 100_000, b"y" * 3_000_000]
     assert relay.carried == 2 and relay.failed == 0 and relay.sending == 0
 

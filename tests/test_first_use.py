@@ -16,7 +16,7 @@ import trio
 from swarmbase.client import connect
 
 from .clidaemon import CliDaemon, cli_daemon
-from .test_client import free_port
+from .sockets import free_port
 
 
 async def client(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[bytes]:

@@ -24,7 +24,7 @@ import trio
 from . import installed
 from .clidaemon import cli_daemon
 from .conftest import write_config
-from .test_client import free_port
+from .sockets import free_port
 
 
 @pytest.mark.timeout(900)

@@ -14,8 +14,7 @@ import trio
 
 from swarmbase.mcpl import tools
 
-from .conftest import agent_json, result_of, run_to_end
-from .test_agents import dumps, fake_daemon
+from .conftest import agent_json, dumps, fake_daemon, result_of, run_to_end
 
 
 def call(env: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import trio
 from swarmbase.launch.local import LocalLauncher
 from swarmbase.launch.spec import LaunchSpec, Launcher, LocalPlacement, ProcessOpener
 
-from .test_ray_launcher import STARTED, FakeGen, make_launcher
+from .fakes.ray_stand_in import STARTED, FakeGen, make_launcher
 
 LINES = [b'{"type":"system"}', b'{"type":"assistant"}', b'{"type":"result"}']
 EMIT = 'for line in "$@"; do printf "%s\\n" "$line"; done'

@@ -13,7 +13,7 @@ import trio
 
 from swarmbase import config
 
-from .conftest import Env, result_of, run_to_end, start_daemon, write_config
+from .conftest import Env, fake_daemon, result_of, run_to_end, start_daemon, write_config
 
 
 async def limited(tmp_path: Path, nursery: trio.Nursery, **extra: Any) -> Env:
@@ -92,7 +92,6 @@ async def test_phase_and_log_floods_are_capped_and_do_not_stall_others(tmp_path:
 ])
 async def test_malformed_agent_calls_throw_catchably(tmp_path: Path, nursery: trio.Nursery, opts: str,
                                                      message: str) -> None:
-    from .test_agents import fake_daemon
     env = await fake_daemon(tmp_path, nursery)
     run = await run_to_end(env, f"try {{ await agent('noop', {opts}); return 'ran'; }} catch (e) {{ return e.message; }}")
     assert run.status == "completed", run.error

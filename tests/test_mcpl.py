@@ -6,15 +6,15 @@ import json
 
 import pytest
 import trio
-from trio_websocket import ConnectionClosed, open_websocket_url
+from trio_websocket import ConnectionClosed
 
-from swarmbase.client import RpcFailure, connect
+from swarmbase.client import RpcFailure, connect, open_websocket
 
 from .conftest import Env
 
 
 async def raw_exchange(url: str, frames: list[str], n_answers: int) -> list[dict]:
-    async with open_websocket_url(url) as ws:
+    async with open_websocket(url) as ws:
         for f in frames:
             await ws.send_message(f)
         out = []
@@ -37,7 +37,7 @@ async def test_bad_or_missing_token_gets_32001_then_4001(running: Env, token: st
                                                          rid: int | None) -> None:
     url = running.ws if token is None else f"{running.ws}?token={token}"
     with trio.fail_after(10):
-        async with open_websocket_url(url) as ws:
+        async with open_websocket(url) as ws:
             await ws.send_message(first)
             await ws.send_message(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"}))
             answer = json.loads(await ws.get_message())

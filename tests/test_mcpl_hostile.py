@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import trio
-from trio_websocket import ConnectionClosed, open_websocket_url
+from trio_websocket import ConnectionClosed
 
 import swarmbase
-from swarmbase.client import connect
+from swarmbase.client import connect, open_websocket
 from swarmbase.mcpl import tools
 from swarmbase.mcpl.session import UNAUTH_CLOSE_AFTER_S, Hub, Session
 
@@ -51,7 +51,7 @@ async def test_non_finite_numbers_and_deep_frames_against_the_daemon_process(tmp
     async with cli_daemon(path) as d:
         url = f"{d.ws}?token={tokens['alice']}"
         with trio.fail_after(60):
-            async with open_websocket_url(url, max_message_size=16 * 1024 * 1024) as ws:
+            async with open_websocket(url, max_message_size=16 * 1024 * 1024) as ws:
                 await ws.send_message(INIT)
                 await answers(ws, 1)
                 call = '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"run","arguments":%s}}'
@@ -88,7 +88,7 @@ async def test_non_finite_numbers_and_deep_frames_against_the_daemon_process(tmp
                 for first, rid in [("[" * 100_000, None), ("[" * 100_000 + "]" * 100_000, None),
                                    ('{"jsonrpc":"2.0","id":NaN,"method":"initialize"}', None),
                                    (b"\xff\xfe\x00garbage", None), (INIT, 0)]:
-                    async with open_websocket_url(url, max_message_size=16 * 1024 * 1024) as ws:
+                    async with open_websocket(url, max_message_size=16 * 1024 * 1024) as ws:
                         await ws.send_message(first)
                         await ws.send_message(INIT.replace('"id": 0', '"id": 9'))   # never read
                         refused = json.loads(await ws.get_message())
@@ -138,7 +138,7 @@ async def test_internal_error_text_shows_no_paths_or_stack(running: Env, monkeyp
     monkeypatch.setitem(tools.HANDLERS, "list", broken)
     caplog.set_level(logging.ERROR, logger="swarmbase")
     with trio.fail_after(10):
-        async with open_websocket_url(f"{running.ws}?token={running.tokens['alice']}") as ws:
+        async with open_websocket(f"{running.ws}?token={running.tokens['alice']}") as ws:
             await ws.send_message(INIT)
             await answers(ws, 1)
             await ws.send_message(rpc(1, "tools/call", {"name": "list", "arguments": {}}))

@@ -24,11 +24,10 @@ import trio
 from swarmbase.client import connect
 
 from .clidaemon import cli_daemon
-from .conftest import CLAUDE, descendants, process_table, write_config
+from .conftest import CLAUDE, CODEX, descendants, process_table, write_config
 from .fakes.anthropic_api import FakeAnthropic
 from .fakes.responses_api import FakeResponses
-from .test_codex_engine import CODEX
-from .test_egress import listener, serve_hello
+from .sockets import listener, serve_hello
 
 KEY = "sk-ant-net-" + secrets.token_hex(12)
 

@@ -22,11 +22,7 @@ from swarmbase.notify import outbox as outbox_mod
 from swarmbase.notify import outbox_file
 from swarmbase.notify.outbox import Outbox
 
-
-def notice(i: int, pad: int = 0) -> dict[str, Any]:
-    return {"featureSet": "swarmbase.notify", "eventId": f"run_{i:012x}:end", "timestamp": "t",
-            "origin": {"source": "swarmbase", "kind": "run-end", "runId": f"run_{i:012x}"},
-            "tags": ["surface:done"], "payload": {"content": [{"type": "text", "text": f"n{i}" + "x" * pad}]}}
+from .conftest import notice
 
 
 def ids(notices: list[dict[str, Any]]) -> list[str]:

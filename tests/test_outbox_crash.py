@@ -16,8 +16,7 @@ from swarmbase.client import connect
 from swarmbase.notify.outbox import Outbox
 
 from .clidaemon import cli_daemon
-from .conftest import write_config
-from .test_outbox import notice
+from .conftest import notice, write_config
 
 BURST = 400
 KILL_AT = 150

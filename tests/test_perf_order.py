@@ -15,8 +15,7 @@ from swarmbase import fsutil
 from swarmbase.runs import flush
 from swarmbase.runs.pending import Pending
 
-from .conftest import agent_json, run_to_end
-from .test_agents import fake_daemon
+from .conftest import agent_json, fake_daemon, run_to_end
 
 ORDER = {"queued": 0, "waiting-budget": 0, "running": 1, "done": 2}
 

@@ -17,7 +17,7 @@ import trio.testing
 from swarmbase import notices
 from swarmbase import progress_notice as pn
 from swarmbase.mcpl.features import TAG_ONTOLOGY
-from swarmbase.outbox import Outbox
+from swarmbase.notify.outbox import Outbox
 from swarmbase.progress_feed import ProgressFeed
 from swarmbase.runs.model import Run
 from swarmbase.runs.records import Redactor

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,6 +10,7 @@ import trio
 
 from swarmbase.script.runner import RunnerLimits, run_script
 
+from .conftest import direct
 from .script_host import Host, argv_with, run
 
 # Each route to the clock or to randomness, as a script expression. Every one must throw.
@@ -142,31 +140,6 @@ async def test_heap_exhaustion_kills_the_runner_and_says_why() -> None:
                        argv=argv_with(node_flags=["--max-old-space-size=64"]))
     assert not out.ok
     assert out.error == "the script exceeded its memory limit"
-
-
-def direct(messages: list[dict[str, Any]], env: dict[str, str] | None = None,
-           until: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
-    """Speak the JSON-lines protocol to the runner directly (no daemon side). stdin stays
-    open until a message satisfies `until` (closing it ends the runner)."""
-    from swarmbase.script.runner import RUNNER_ENV, node_argv
-    proc = subprocess.Popen(node_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            env={**RUNNER_ENV, **(env or {})}, text=True)
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
-        proc.stdin.flush()
-        got = []
-        if until is not None:
-            for line in proc.stdout:
-                got.append(json.loads(line))
-                if until(got[-1]):
-                    break
-        proc.stdin.close()
-        got += [json.loads(line) for line in proc.stdout if line.strip()]
-        return got
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def test_memory_limit_comes_from_the_start_message() -> None:

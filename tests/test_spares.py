@@ -23,9 +23,8 @@ from swarmbase.script.runner import RUNNER_ENV, runner_spec
 from swarmbase.runs.runners import spare_spec
 from swarmbase.runs.spares import Spare, SpareRunners, alive
 
-from .conftest import Env, run_to_end, start_daemon, write_config
+from .conftest import Env, direct, run_to_end, start_daemon, write_config
 from .fakes.agents import Parked
-from .test_runner_guards import direct
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import trio
@@ -60,7 +61,7 @@ def test_a_child_dies_with_the_process_that_started_it() -> None:
     (which has no other reason to die) gets the parent-death signal."""
     code = textwrap.dedent("""
         import os, sys, trio
-        from swarmbase.spawn import open_child
+        from swarmbase.launch.spawn import open_child
         async def main():
             c = await open_child(["sleep", "300"], env=dict(os.environ))
             print(c.pid, flush=True)
@@ -73,7 +74,7 @@ def test_a_child_dies_with_the_process_that_started_it() -> None:
         assert middle.stdout is not None
         sleeper = int(middle.stdout.readline())
         for _ in range(500):        # through the wrappers' execs to the program itself
-            if open(f"/proc/{sleeper}/cmdline", "rb").read().startswith(b"sleep\0"):
+            if Path(f"/proc/{sleeper}/cmdline").read_bytes().startswith(b"sleep\0"):
                 break
             trio.run(trio.sleep, 0.01)
         else:
@@ -82,7 +83,7 @@ def test_a_child_dies_with_the_process_that_started_it() -> None:
         middle.wait(timeout=10)
         for _ in range(200):
             try:
-                state = open(f"/proc/{sleeper}/stat").read().rsplit(")", 1)[1].split()[0]
+                state = Path(f"/proc/{sleeper}/stat").read_text().rsplit(")", 1)[1].split()[0]
             except FileNotFoundError:
                 break
             if state in ("Z", "X"):
@@ -93,3 +94,6 @@ def test_a_child_dies_with_the_process_that_started_it() -> None:
             raise AssertionError("the child outlived the process that started it")
     finally:
         middle.kill()
+        middle.wait(timeout=10)
+        if middle.stdout is not None:
+            middle.stdout.close()

@@ -17,8 +17,8 @@ from dashboard.spend import register_spend
 from swarmbase import config, daemon, usage
 
 from .audit_runs import AgentSpec, lines, run_dir, write_lines, write_run
+from .browser import in_thread, wait_for
 from .conftest import write_config
-from .test_dashboard_browser import browser, in_thread, wait_for  # noqa: F401  (fixture)
 
 HOST = {"Host": "127.0.0.1:7360"}
 

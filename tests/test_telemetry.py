@@ -4,7 +4,6 @@ protobuf with the official opentelemetry-proto types."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import socket
@@ -13,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import attrs
 import pytest
@@ -26,6 +24,8 @@ from swarmbase.runs import records
 from swarmbase.runs.model import Run, iso
 from swarmbase.runs.records import AgentRecord
 
+from .fakes.otlp import OtlpReceiver, attrs_of
+
 CANARY = "canary-prompt-7f3a9c"
 
 
@@ -33,53 +33,6 @@ CANARY = "canary-prompt-7f3a9c"
 class NestedRecord(AgentRecord):
     """AgentRecord with the `workflow` field the core adds for nested workflows."""
     workflow: str = ""
-
-
-class OtlpReceiver:
-    """A minimal OTLP/HTTP trace collector (ASGI): decodes every POST to /v1/traces."""
-
-    def __init__(self) -> None:
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-        self.request_type = ExportTraceServiceRequest
-        self.posts: list[tuple[str, dict[str, str], Any]] = []
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                if msg["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif msg["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
-        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        if headers.get("content-encoding") == "gzip":
-            body = gzip.decompress(body)
-        req = self.request_type()
-        req.ParseFromString(body)
-        self.posts.append((scope["path"], headers, req))
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/x-protobuf")]})
-        await send({"type": "http.response.body", "body": ExportTraceServiceResponse().SerializeToString()})
-
-    def spans(self) -> list[Any]:
-        return [s for _, _, req in self.posts for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
-
-
-def value(v: Any) -> Any:
-    kind = v.WhichOneof("value")
-    return getattr(v, kind) if kind else None
-
-
-def attrs_of(obj: Any) -> dict[str, Any]:
-    return {kv.key: value(kv.value) for kv in obj.attributes}
 
 
 def make_run(tmp_path: Path) -> Run:

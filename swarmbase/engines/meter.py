@@ -229,6 +229,12 @@ class Meter:
                                              limits=httpx.Limits(max_connections=1000, max_keepalive_connections=50))
         return self._client
 
+    async def aclose(self) -> None:
+        """Close the upstream connections (when the meter stops serving)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
     def register(self, **kw: Any) -> MeterAgent:
         agent = MeterAgent(bearer=secrets.token_urlsafe(32), **kw)
         self.agents[agent.bearer] = agent

@@ -1,18 +1,33 @@
-"""How tests/journals/v1-claude/ was made (issue 21): a run of GOLDEN_SCRIPT through an
-in-process daemon on the real claude CLI against the fake Messages API, with the code of
-main at abe7b5f, i.e. *before* the language moved to Claude Code's Workflow semantics.
-The run's dir is copied here whole (run.json, script.js, journal.jsonl, result.json, the
-agents' records); tests/test_golden_journal.py resumes it and must spawn no agent.
+"""How the golden run dirs under tests/journals/ were made: one run of a fixture's script
+through an in-process daemon of *the build under test's feet at the time*, on the real
+claude CLI (tests/.tools, 2.1.328 throughout) against that build's own fake Messages API;
+the run's dir is copied whole (run.json, script.js, journal.jsonl, result.json, the agents'
+records). tests/test_golden_journal.py boots today's daemon on each and resumes it.
 
-Run it again only to make a *new* fixture with a new name: the point of the old one is
+- v1-claude: main at abe7b5f, before issue 21 moved the language to Claude Code's Workflow
+  semantics (GOLDEN_SCRIPT: calls whose meaning did not change).
+- v1-first: 606cc9d, the first build with a journal (the key format has had one version,
+  1, since then: `git log -p -- swarmbase/runs/journal.py`), so the oldest journal a
+  resume must still read (FIRST_SCRIPT: what that build's runner offered, with args).
+- v2-unknown: deliberately incompatible, made from v1-first by `unknown_version` (no
+  daemon): the same run without its agents' records, its journal header's version set to
+  2, a version no build writes. A resume must refuse it and say why.
+
+The build is the one on PYTHONPATH (its `swarmbase` and its `tests.fakes`), e.g. for the
+first one: `git archive 606cc9d | tar -x -C /tmp/b606` then
+
+    PYTHONPATH=/tmp/b606 python3 tests/journals/make_golden.py v1-first tests/journals/v1-first
+    python3 tests/journals/make_golden.py v2-unknown tests/journals/v2-unknown
+
+Run it again only to make a *new* fixture with a new name: the point of an old one is
 that it was written by the old code.
-
-    PYTHONPATH=$PWD python3 tests/journals/make_golden.py tests/journals/<name>
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import secrets
 import shutil
 import sys
 import tempfile
@@ -20,12 +35,10 @@ from pathlib import Path
 
 import trio
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-sys.path.insert(0, str(ROOT))
+from swarmbase import config, daemon
+from tests.fakes.anthropic_api import FakeAnthropic
 
-from swarmbase import config, daemon  # noqa: E402
-from tests.conftest import CLAUDE, write_config  # noqa: E402
-from tests.fakes.anthropic_api import FakeAnthropic  # noqa: E402
+CLAUDE = Path(__file__).resolve().parent.parent / ".tools" / "node_modules" / ".bin" / "claude"
 
 # Only features whose calls stay the same across the change (see the test's docstring).
 GOLDEN_SCRIPT = r"""export const meta = { name: "golden-v1", description: "a journal written before issue 21" };
@@ -44,25 +57,57 @@ const detail = await agent("golden detail [[text:gamma]]", { detail: true });
 return { plain, rated, tuned, fan, again, piped, child, won, detail: detail.value };
 """
 
+# 606cc9d's runner: agent, parallel, pipeline, phase, log, args; no workflow() or race.
+FIRST_SCRIPT = r"""export const meta = { name: "golden-first", description: "a journal written by its first build" };
+phase("one");
+log("first build");
+const plain = await agent("first plain [[text:alpha]]", { label: "plain" });
+const schema = { type: "object", properties: { score: { type: "integer" } }, required: ["score"] };
+const rated = await agent('first rate [[structured:{"score": 4}]]', { schema });
+const tuned = await agent("first tuned [[text:beta]]", { model: "claude-sonnet-4-5", effort: "low", profile: "think" });
+phase("two");
+const fan = await parallel(args.items.map((i) => () => agent(`first fan ${i} about ${args.topic} [[text:fan${i}]]`)));
+const again = await parallel([0, 1].map(() => () => agent("first same [[text:same]]")));
+const piped = await pipeline(["x", "y"], (v) => agent(`first pipe ${v} [[text:pipe-${v}]]`), (r) => r.toUpperCase());
+return { plain, rated, tuned, fan, again, piped, topic: args.topic };
+"""
 
-async def main(out: Path) -> None:
-    tmp = Path(tempfile.mkdtemp(prefix="golden-"))
-    state = tmp / "state"
+FIXTURES = {"v1-claude": (GOLDEN_SCRIPT, None), "v1-first": (FIRST_SCRIPT, {"topic": "trio", "items": [1, 2, 3]})}
+
+
+def write_config(state: Path, key: Path, base_url: str) -> Path:
+    """One caller, alice, in the config shape every build since 606cc9d reads."""
+    token = secrets.token_hex(24)
+    (state / "mcpl-alice.token").write_text(token)
+    caller = {"name": "alice", "tokenSha256": hashlib.sha256(token.encode()).hexdigest(), "maxActiveRuns": 3,
+              "runUsdMax": 25, "apiKeyFile": str(key), "maxProfile": "write"}
+    path = state / "config.json"
+    path.write_text(json.dumps({"port": 0, "callers": [caller], "perRunConcurrency": 8,
+                                "engines": {"claude": {"bin": str(CLAUDE), "baseUrl": base_url}}}))
+    return path
+
+
+def unknown_version(out: Path) -> None:
+    (src,) = (Path(__file__).resolve().parent / "v1-first").iterdir()
+    shutil.copytree(src, out / src.name, ignore=shutil.ignore_patterns("agents"))
+    journal = out / src.name / "journal.jsonl"
+    head, *body = journal.read_text().splitlines(keepends=True)
+    journal.write_text(json.dumps({**json.loads(head), "v": 2}, separators=(",", ":")) + "\n" + "".join(body))
+
+
+async def main(name: str, out: Path) -> None:
+    script, args = FIXTURES[name]
+    state = Path(tempfile.mkdtemp(prefix="golden-")) / "state"
     state.mkdir()
     key = state / "alice.key"
     key.write_text("sk-ant-golden-0123456789\n")
     key.chmod(0o600)
-    path, _ = write_config(state, callers=["alice"], engines={"claude": {"bin": str(CLAUDE), "baseUrl": None}},
-                           caller_extra={"apiKeyFile": str(key), "maxProfile": "write"}, perRunConcurrency=8)
     async with trio.open_nursery() as n:
         api = await n.start(FakeAnthropic().serve)
-        raw = json.loads(path.read_text())
-        raw["engines"]["claude"]["baseUrl"] = api.url
-        path.write_text(json.dumps(raw))
-        cfg = config.load(path)
+        cfg = config.load(write_config(state, key, api.url))
         _, services = await n.start(lambda task_status: daemon.serve(cfg, task_status=task_status))
         sup = services.supervisor
-        run = sup.start(cfg.caller("alice"), {"script": GOLDEN_SCRIPT})
+        run = sup.start(cfg.caller("alice"), {"script": script, **({"args": args} if args is not None else {})})
         with trio.fail_after(300):
             await sup.live[run.id].finished.wait()
         assert run.status == "completed", run.error
@@ -74,4 +119,7 @@ async def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, Path(sys.argv[1]).resolve())
+    if sys.argv[1] == "v2-unknown":
+        unknown_version(Path(sys.argv[2]).resolve())
+    else:
+        trio.run(main, sys.argv[1], Path(sys.argv[2]).resolve())

@@ -1,0 +1,12 @@
+export const meta = { name: "golden-first", description: "a journal written by its first build" };
+phase("one");
+log("first build");
+const plain = await agent("first plain [[text:alpha]]", { label: "plain" });
+const schema = { type: "object", properties: { score: { type: "integer" } }, required: ["score"] };
+const rated = await agent('first rate [[structured:{"score": 4}]]', { schema });
+const tuned = await agent("first tuned [[text:beta]]", { model: "claude-sonnet-4-5", effort: "low", profile: "think" });
+phase("two");
+const fan = await parallel(args.items.map((i) => () => agent(`first fan ${i} about ${args.topic} [[text:fan${i}]]`)));
+const again = await parallel([0, 1].map(() => () => agent("first same [[text:same]]")));
+const piped = await pipeline(["x", "y"], (v) => agent(`first pipe ${v} [[text:pipe-${v}]]`), (r) => r.toUpperCase());
+return { plain, rated, tuned, fan, again, piped, topic: args.topic };
