@@ -34,7 +34,7 @@ from .engines.codex_deny import CodexDenyList
 from .engines.meter import Meter
 from .engines.think_codex import CodexThink
 from .engines.think_route import ThinkRouter
-from .engines.think_run import ClaudeThink
+from .engines.think_run import ClaudeThink, InDaemon
 from .lag import LagProbe
 from .launch.local import LocalLauncher
 from .launch.spec import Launcher, Placements
@@ -80,6 +80,7 @@ class Services:
     ray: RayLauncher | None = None        # when placement.ray is configured
     drain: trio.Event = attrs.Factory(trio.Event)
     progress: ProgressFeed | None = None
+    in_daemon: list[InDaemon] = attrs.Factory(list)    # think engines' HTTP clients, closed at stop
     lag: LagProbe = attrs.Factory(LagProbe)
 
     @property
@@ -118,8 +119,10 @@ def build_services(cfg: Config, agents: AgentService | None = None,
     env.observers.add(metrics)
     progress = ProgressFeed(env.outbox, env.links.run, env.redact)
     env.observers.add(progress)
+    in_daemon: list[InDaemon] = [e.in_daemon for e in engines.values()
+                                 if isinstance(e, ThinkRouter) and isinstance(e.in_daemon, InDaemon)]
     return Services(cfg=cfg, env=env, launcher=launcher, supervisor=sup, runners=runners, hub=Hub(env.observers),
-                    metrics=metrics, meter=meter, ray=ray, progress=progress)
+                    metrics=metrics, meter=meter, ray=ray, progress=progress, in_daemon=in_daemon)
 
 
 def build_engines(cfg: Config, redact: Redactor, store: RunStore,
@@ -286,31 +289,36 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
             await tracer.aclose(3.0)             # flush within 3 s; a dead collector is left behind
         await trio.sleep(0.1)
 
-    async with trio.open_nursery() as nursery:
-        if services.meter is not None:
-            await nursery.start(serve_meter, services.meter)
-        resume = interrupted if cfg.resumeInterruptedOnBoot else []
-        if services.ray is not None:
-            await nursery.start(services.ray.serve)
-        await nursery.start(services.runners.serve)
-        await nursery.start(partial(services.supervisor.serve, resume=resume))
-        nursery.start_soon(services.outbox.maintain)
-        if services.progress is not None:
-            nursery.start_soon(services.progress.serve)
-        services.lag.busy = lambda: bool(services.supervisor.live)
-        services.lag.on_sample = services.metrics.record_lag
-        nursery.start_soon(services.lag.run)
-        nursery.start_soon(hangups.serve, partial(live_reload.reload_once, services))
-        # Quota callers' spend this month, read from their agent records after the daemon listens.
-        nursery.start_soon(partial(trio.to_thread.run_sync, services.supervisor.quota.prime_all,
-                                   services.supervisor.quota.begin_priming(cfg.callers)))
-        async with trio.open_nursery() as web:
-            binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
-            url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"
-            services.env.links.base = cfg.publicUrl or url
-            task_status.started((url, services))
-        # Hypercorn returned after the drain; the supervisor has no runs left.
-        nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            if services.meter is not None:
+                await nursery.start(serve_meter, services.meter)
+            resume = interrupted if cfg.resumeInterruptedOnBoot else []
+            if services.ray is not None:
+                await nursery.start(services.ray.serve)
+            await nursery.start(services.runners.serve)
+            await nursery.start(partial(services.supervisor.serve, resume=resume))
+            nursery.start_soon(services.outbox.maintain)
+            if services.progress is not None:
+                nursery.start_soon(services.progress.serve)
+            services.lag.busy = lambda: bool(services.supervisor.live)
+            services.lag.on_sample = services.metrics.record_lag
+            nursery.start_soon(services.lag.run)
+            nursery.start_soon(hangups.serve, partial(live_reload.reload_once, services))
+            # Quota callers' spend this month, read from their agent records after the daemon listens.
+            nursery.start_soon(partial(trio.to_thread.run_sync, services.supervisor.quota.prime_all,
+                                       services.supervisor.quota.begin_priming(cfg.callers)))
+            async with trio.open_nursery() as web:
+                binds = await web.start(partial(hypercorn.trio.serve, app, hc, shutdown_trigger=shutdown_trigger))
+                url = binds[0] if binds else f"http://127.0.0.1:{cfg.port}"
+                services.env.links.base = cfg.publicUrl or url
+                task_status.started((url, services))
+            # Hypercorn returned after the drain; the supervisor has no runs left.
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):     # the think engines' pooled connections
+            for engine in services.in_daemon:
+                await engine.aclose()
 
 
 async def _until_stopped(stop: trio.Event, sup: Supervisor) -> None:

@@ -83,8 +83,9 @@ class Daemon:
 
     def _drain(self, proc: subprocess.Popen) -> None:
         assert proc.stderr is not None
-        while chunk := proc.stderr.read1(65536):
-            self.stderr.extend(chunk)
+        with proc.stderr:              # closed at EOF: a killed daemon's pipe must not leak
+            while chunk := proc.stderr.read1(65536):
+                self.stderr.extend(chunk)
 
     @property
     def alive(self) -> bool:

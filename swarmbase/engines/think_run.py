@@ -86,6 +86,12 @@ class InDaemon:
             self._http = client(self.cfg)
         return self._http
 
+    async def aclose(self) -> None:
+        """At the daemon's stop: its pooled connections closed, not left to the collector."""
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
+
 
 class ClaudeThink(InDaemon):
     """A claude think agent as Messages API requests from the daemon."""
