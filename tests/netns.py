@@ -133,3 +133,6 @@ class NetNS:
         except subprocess.TimeoutExpired:
             self.holder.kill()
             self.holder.wait()
+        for pipe in (self.holder.stdout, self.holder.stderr):     # else a ResourceWarning later
+            if pipe is not None:
+                pipe.close()
