@@ -127,7 +127,7 @@ class RunIndex:
 
 def matches(run: Any, query: Query, q: str, label_of: Callable[[Any], str]) -> bool:
     if query.status == ARCHIVED:
-        if getattr(run, "archived_at", None) is None:
+        if run.archived_at is None:
             return False
     elif query.status and run.status != query.status:
         return False
