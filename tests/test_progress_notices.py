@@ -13,10 +13,9 @@ import attrs
 import pytest
 import trio
 import trio.testing
-
-from swarmbase import notices
 from swarmbase import progress_notice as pn
 from swarmbase.mcpl.features import TAG_ONTOLOGY
+from swarmbase.notify import notices
 from swarmbase.notify.outbox import Outbox
 from swarmbase.progress_feed import ProgressFeed
 from swarmbase.runs.model import Run

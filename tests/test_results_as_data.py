@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import trio
-
-from swarmbase import data_frame, notices
+from swarmbase import data_frame
 from swarmbase.client import connect
+from swarmbase.notify import notices
 from swarmbase.runs.model import Run
 
 from .clidaemon import cli_daemon
