@@ -143,3 +143,20 @@ async def test_a_fault_in_a_reload_is_reported_and_does_not_escape(tmp_path: Pat
     st = read_status(cfg.state_dir)
     assert st is not None and (st["ok"], st["message"]) == (
         False, "reload failed: internal error (RuntimeError); the daemon log has the details")
+
+
+def test_the_swap_reaches_the_run_env_the_agent_service_and_both_think_paths(tmp_path: Path) -> None:
+    # The Supervisor, boot, flush and live runs read env.cfg; the engines keep their own
+    # (behind the think router: the CLI engine and the in-daemon one).
+    from swarmbase.daemon import build_services
+    from swarmbase.engines.think_route import ThinkRouter
+    path, _ = write_config(tmp_path, callers=["alice"], sandbox="none", engines={"claude": {"bin": "/bin/true"}})
+    old = config.load(path)
+    services = build_services(old)
+    new = attrs.evolve(old, maxAgentsPerRun=old.maxAgentsPerRun - 1)
+    live_reload.swap(services, new)
+    sup = services.supervisor
+    assert services.cfg is new and sup.env.cfg is new and sup.agents.cfg is new   # type: ignore[attr-defined]
+    router = sup.agents.engines["claude"]                                          # type: ignore[attr-defined]
+    assert isinstance(router, ThinkRouter)
+    assert router.cli.cfg is new and router.in_daemon.cfg is new                   # type: ignore[attr-defined]
