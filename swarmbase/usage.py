@@ -46,6 +46,7 @@ class DaemonSpend(Protocol):
     @property
     def quota(self) -> QuotaView: ...
 
+
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
