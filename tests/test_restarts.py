@@ -60,9 +60,15 @@ async def test_a_torn_or_damaged_outbox_line_loses_no_notice_and_repeats_none(tm
                 await h.wait_notice(f"{told}:end")
             async with connect(d.ws, tokens["alice"], push_answer=host.answer) as h:
                 await h.handshake(grant=False)              # offline for notices: they wait
-                waiting = [await run_id_of(h, f"return 'waiting {i}'") for i in range(2)]
-                for rid in waiting:
-                    while status_of(state, rid) != "completed":
+                # One after the other, each until both its lines are in the log: the second
+                # run's lines must be the file's last (run at once, the first run's amended
+                # line was once written after the second's).
+                waiting = []
+                for i in range(2):
+                    rid = await run_id_of(h, f"return 'waiting {i}'")
+                    waiting.append(rid)
+                    while status_of(state, rid) != "completed" or \
+                            sum(rid.encode() in ln for ln in (state / "outbox.jsonl").read_bytes().split(b"\n")) < 2:
                         await trio.sleep(0.02)
         log_path = state / "outbox.jsonl"
         lines = log_path.read_bytes().split(b"\n")
