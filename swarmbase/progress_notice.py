@@ -157,7 +157,9 @@ def build(run: Run, state: RunProgress, url: str | None, redact: Callable[[str],
     if event is None:
         state.count += 1
         event = event_id(run.id, state.count)
-    origin: dict[str, Any] = {"source": "swarmbase", "kind": "progress", "runId": run.id}
+    # suppressWake: context only, for push handlers that read it (README: hosts without a
+    # gate have nothing else that can keep a progress notice from waking the agent).
+    origin: dict[str, Any] = {"source": "swarmbase", "kind": "progress", "runId": run.id, "suppressWake": True}
     if url:
         origin["url"] = url
     return {

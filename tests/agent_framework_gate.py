@@ -26,6 +26,12 @@ given to `shouldTriggerInference`):
 - a80644a on, e.g. a13fece: eventType "mcpl:push-event";
 - later builds, e.g. Meganeuridae/agent-framework @ 3666acde5a63 (2026-07): and `tags`.
 
+Builds before fec59c7 (2026-03-23), e.g. 58af1a24bd16 and 1d0fd23, have no gate at all
+(no src/gate/): the framework passes no `shouldTriggerInference`, so every accepted push
+event wakes the agent and no gate.json rule applies. Such a build's `gate` is None here.
+None of the builds read here looks at `origin.suppressWake` (git grep over every branch of
+anima-research/agent-framework and antra-tess/agent-framework).
+
 Rate limits, samples and debounce timers are not ported: a debounced or rate-limited
 decision does not wake at once, which is all the tests need to know of them.
 """
@@ -54,13 +60,13 @@ class Build:
     date: str
     event_type: str | None      # None: the push handler sets no eventType
     sends_tags: bool
-    gate: str                   # the gate generation that judges its events
+    gate: str | None            # the gate generation that judges its events; None: no gate
 
 
 BUILDS = [
-    Build("58af1a24bd16", "anima-research/agent-framework", "2026-02-19", None, False, "G1"),
+    Build("58af1a24bd16", "anima-research/agent-framework", "2026-02-19", None, False, None),
     Build("1d0fd23", "anima-research/agent-framework feature/mcpl-v05-state-branches", "2026-03-16",
-          "push:event", False, "G1"),
+          "push:event", False, None),
     Build("0329c03", "anima-research/agent-framework main", "2026-03-31", "push:event", False, "G1"),
     Build("a13fece07619", "antra-tess/agent-framework main", "2026-05-29", "mcpl:push-event", False, "G2"),
     Build("3666acde5a63", "Meganeuridae/agent-framework", "2026-07", "mcpl:push-event", True, "G3"),
@@ -188,7 +194,10 @@ def push_metadata(build: Build, server_id: str, params: dict[str, Any]) -> dict[
 
 def wakes(build: Build, gate_json: dict[str, Any], server_id: str, params: dict[str, Any]) -> tuple[bool, str | None]:
     """Whether this build wakes the agent for push/event `params` from the server registered
-    under `server_id` (`asShouldTriggerCallback` wraps the metadata into the gate's event)."""
+    under `server_id` (`asShouldTriggerCallback` wraps the metadata into the gate's event).
+    A build without a gate wakes on every accepted event, whatever `gate_json` says."""
+    if build.gate is None:
+        return True, None
     config = validate_config(gate_json, build.gate)
     md = push_metadata(build, server_id, params)
     content = "\n".join(b["text"] for b in params["payload"]["content"] if b.get("type") == "text")
