@@ -16,6 +16,18 @@ Design log:
   same except mounts and namespaces, because the codex CLI builds its own bubblewrap
   sandbox inside ours (a user namespace, mounts, pivot_root); it still runs without any
   capability in the host's namespaces.
+- No setuid or setgid file from a sandbox, in either profile (systemd's RestrictSUIDSGID,
+  the same rules): chmod/fchmod/fchmodat/fchmodat2 with S_ISUID or S_ISGID in the mode,
+  open/openat/creat making a file (O_CREAT, O_TMPFILE) with them, and mknod/mknodat with
+  them are refused. A planted setuid copy of a binary would let any local account become
+  the sandbox's uid and read its agents' /proc/<pid>/environ. openat2 passes its mode in
+  a struct a filter cannot read, so it answers ENOSYS (libc and runtimes fall back to
+  openat), as under systemd.
+- No AF_VSOCK socket in either profile (vsock is not namespaced: it reaches the
+  hypervisor and other guests). The nesting profile's child has capabilities inside the
+  user namespace it builds, so it also gets no AF_PACKET socket (raw frames) and no
+  NETLINK_NETFILTER one (nftables/conntrack); the strict profile's child has no
+  capability anywhere, and the kernel already refuses both.
 - EPERM rather than a kill: a CLI probing for a feature (io_uring, keyrings) falls back.
 - Measured: building a profile takes about 1 ms; it is built once per profile and the
   bytes reused (a fresh memfd per child, since bwrap reads the program from the fd's
@@ -28,10 +40,23 @@ import ctypes
 import ctypes.util
 import errno
 import os
+import platform
+import stat
 from functools import lru_cache
+
+import attrs
 
 ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
+# enum scmp_compare
+_EQ = 4
+_MASKED_EQ = 7
+SETID_BITS = (stat.S_ISUID, stat.S_ISGID)
+AF_VSOCK, AF_PACKET, AF_NETLINK, NETLINK_NETFILTER = 40, 17, 16, 12
+# Calls libseccomp may not know yet (2.5.4 has no fchmodat2): their number in the unified
+# table new calls share since Linux 5.x, on the architectures where that table is used
+# unshifted (not MIPS or alpha, whose numbers are offset).
+UNIFIED_NUMBERS = {"fchmodat2": 452} if platform.machine() in ("x86_64", "aarch64", "riscv64", "i686") else {}
 
 ALWAYS_DENIED = (
     # the kernel itself
@@ -55,6 +80,56 @@ PROFILES = {
     "strict": ALWAYS_DENIED + MOUNTS_AND_NAMESPACES,
     "nesting": ALWAYS_DENIED,
 }
+
+Cmp = tuple[int, int, int, int]       # (argument index, scmp_compare, datum_a, datum_b)
+
+
+@attrs.frozen
+class Rule:
+    """Refuse `call` with `err` when every comparison holds (none: always)."""
+    call: str
+    when: tuple[Cmp, ...] = ()
+    err: int = errno.EPERM
+
+
+def _has(arg: int, bits: int) -> Cmp:
+    return (arg, _MASKED_EQ, bits, bits)
+
+
+def _is(arg: int, value: int) -> Cmp:
+    return (arg, _EQ, value, 0)
+
+
+# Where each call carries the mode, and (open-like calls) the flags that make it create.
+_MODE_ARG = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "mknod": 1, "mknodat": 2}
+_CREATE_ARGS = {"open": (1, 2), "openat": (2, 3)}
+_CREATES = (os.O_CREAT, getattr(os, "O_TMPFILE", 0o20200000))
+
+
+def _setid_rules() -> tuple[Rule, ...]:
+    """RestrictSUIDSGID: one rule per (call, bit), since a rule's comparisons all must hold."""
+    out = [Rule(call, (_has(arg, bit),)) for call, arg in _MODE_ARG.items() for bit in SETID_BITS]
+    out += [Rule(call, (_has(flags, create), _has(mode, bit)))
+            for call, (flags, mode) in _CREATE_ARGS.items() for create in _CREATES for bit in SETID_BITS]
+    out += [Rule("creat", (_has(1, bit),)) for bit in SETID_BITS]
+    out.append(Rule("openat2", err=errno.ENOSYS))
+    return tuple(out)
+
+
+SHARED_RULES = (*_setid_rules(), Rule("socket", (_is(0, AF_VSOCK),)))
+NESTING_RULES = (Rule("socket", (_is(0, AF_PACKET),)), Rule("socket", (_is(0, AF_NETLINK), _is(2, NETLINK_NETFILTER))))
+
+
+def rules(profile: str) -> tuple[Rule, ...]:
+    """Every rule of a profile: its denied calls, then the argument-checked ones."""
+    extra = NESTING_RULES if profile == "nesting" else ()
+    return (*(Rule(name) for name in PROFILES[profile]), *SHARED_RULES, *extra)
+
+
+class _ArgCmp(ctypes.Structure):
+    """struct scmp_arg_cmp"""
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
 
 
 class SeccompUnavailable(RuntimeError):
@@ -80,19 +155,21 @@ def _lib() -> ctypes.CDLL:
 @lru_cache(maxsize=None)
 def program(profile: str) -> bytes:
     """The BPF program (struct sock_filter[]) for a profile, as bwrap's --seccomp reads it."""
-    names = PROFILES[profile]
     lib = _lib()
     ctx = lib.seccomp_init(ALLOW)
     if not ctx:
         raise SeccompUnavailable("seccomp_init failed")
     try:
-        for name in names:
-            nr = lib.seccomp_syscall_resolve_name(name.encode())
+        for rule in rules(profile):
+            nr = lib.seccomp_syscall_resolve_name(rule.call.encode())
+            if nr < 0:
+                nr = UNIFIED_NUMBERS.get(rule.call, -1)
             if nr < 0:          # not a call on this architecture (e.g. iopl on arm64)
                 continue
-            rc = lib.seccomp_rule_add_array(ctx, _ERRNO | errno.EPERM, nr, 0, None)
+            cmps = (_ArgCmp * max(1, len(rule.when)))(*(_ArgCmp(*c) for c in rule.when))
+            rc = lib.seccomp_rule_add_array(ctx, _ERRNO | rule.err, nr, len(rule.when), cmps)
             if rc < 0:
-                raise SeccompUnavailable(f"libseccomp refused a rule for {name}: {os.strerror(-rc)}")
+                raise SeccompUnavailable(f"libseccomp refused a rule for {rule.call}: {os.strerror(-rc)}")
         out = os.memfd_create("swarmbase-seccomp-export", os.MFD_CLOEXEC)
         try:
             rc = lib.seccomp_export_bpf(ctx, out)

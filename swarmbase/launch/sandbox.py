@@ -16,6 +16,9 @@ or not — never how to confine it. What the sandbox gives, with mode "bwrap":
   privileges, a seccomp filter (seccomp.py) loaded from `seccomp_fd`, and no further user
   namespaces (--disable-userns) unless the child builds a sandbox of its own (`nesting`:
   the codex CLI); a daemon running as root first drops to the sandbox user (`user`);
+- every mount nosuid (bubblewrap gives each bind, tmpfs and /proc that flag; the tests
+  read it back from /proc/self/mountinfo), so a setuid file put in a root from outside
+  grants nothing inside, and the filter stops a child making one (seccomp.py);
 - paths bound by open fd where the caller pinned them (`fds`: --bind-fd/--ro-bind-fd), so
   what is mounted is the directory that was checked, not whatever the path names by the
   time bwrap mounts it (a symlink swapped in meanwhile is never followed);
