@@ -12,8 +12,7 @@ from functools import partial
 
 import trio
 
-from . import config, daemon, defaults
-from .launch.local import SandboxUnavailable
+from . import config, defaults
 from .statelock import LockHeld, StateLock
 
 
@@ -45,6 +44,10 @@ def _serve(port: int | None = None) -> int:
               file=sys.stderr)
         return 2
 
+    # Only serving needs the daemon (quart, the supervisor: ~0.6 CPU-s of imports, several
+    # seconds on a loaded machine): `reload` and the other commands must not pay for it.
+    from . import daemon
+    from .launch.local import SandboxUnavailable
     try:
         lock = StateLock(cfg.state_dir).acquire()     # first: before runs are read or groups reaped
     except LockHeld as e:

@@ -47,6 +47,7 @@ from .config import Config
 log = logging.getLogger("swarmbase.reload")
 
 STATUS_FILE = "reload-status.json"
+WAIT_WORTH_SAYING_S = 0.5
 # Every class whose instances keep the daemon's Config as `self.cfg` (swap gives each the new one).
 HOLDERS = ("Services", "RunEnv", "ClaudeEngine", "CodexEngine", "InDaemon", "CodexDenyList", "RayLauncher")
 
@@ -58,6 +59,7 @@ class Hangups:
 
     def __init__(self) -> None:
         self.pending = 0
+        self.asked_at = 0.0              # monotonic time of the first signal of the pending burst
         self._token: trio.lowlevel.TrioToken | None = None
         self._event: trio.Event | None = None
         self._previous: Any = None
@@ -65,6 +67,8 @@ class Hangups:
             self._previous = signal.signal(signal.SIGHUP, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if not self.pending:
+            self.asked_at = time.monotonic()
         self.pending += 1
         if self._token is not None:
             self._token.run_sync_soon(self._wake, idempotent=True)     # signal-safe (trio's docs)
@@ -75,6 +79,8 @@ class Hangups:
 
     def request(self) -> None:
         """A reload asked for from inside the daemon (tests, and the same path as a signal)."""
+        if not self.pending:
+            self.asked_at = time.monotonic()
         self.pending += 1
         self._wake()
 
@@ -91,6 +97,10 @@ class Hangups:
                 self._event = trio.Event()
                 await self._event.wait()
             self.pending = 0
+            waited = time.monotonic() - self.asked_at
+            if waited > WAIT_WORTH_SAYING_S:
+                # The loop was busy (or a reload was still running): part of a slow reload.
+                log.info("reload: started %.1f s after it was asked for", waited)
             await reload_once()
 
 
@@ -131,11 +141,14 @@ async def close_sessions(hub: Any, plan: reload.Plan) -> None:
             session.caller = verdict
 
 
-def write_status(state_dir: Path, read_at: float, ok: bool, message: str) -> None:
+def write_status(state_dir: Path, read_at: float, ok: bool, message: str,
+                 phases_ms: dict[str, float] | None = None) -> None:
     """What `swarmbase reload` waits for: readAt is time.monotonic() (one clock for every
     process on the machine) when the file was read, so a reload that began before the
     command's signal never answers it."""
-    body = {"pid": os.getpid(), "readAt": read_at, "ok": ok, "message": message}
+    body: dict[str, Any] = {"pid": os.getpid(), "readAt": read_at, "ok": ok, "message": message}
+    if phases_ms is not None:
+        body["phasesMs"] = phases_ms
     try:
         fsutil.write_atomic(state_dir / STATUS_FILE, (json.dumps(body) + "\n").encode(), durable=False)
     except OSError as e:
@@ -157,26 +170,50 @@ async def reload_once(services: Any) -> reload.Plan | None:
         return None
 
 
+class PhaseClock:
+    """Milliseconds spent in each step of one reload, in order: the log line and the status
+    file carry them, so a slow reload says where its time went (issue 32.9)."""
+
+    def __init__(self, started: float) -> None:
+        self.ms: dict[str, float] = {}
+        self._last = started
+
+    def mark(self, phase: str) -> None:
+        now = time.monotonic()
+        self.ms[phase] = round((now - self._last) * 1000, 1)
+        self._last = now
+
+    def text(self) -> str:
+        return ", ".join(f"{k} {v:g} ms" for k, v in self.ms.items())
+
+
 async def _reload(services: Any, running: Config, read_at: float) -> reload.Plan | None:
+    clock = PhaseClock(read_at)
     try:
         loaded = await trio.to_thread.run_sync(config.load, running.path)
+        clock.mark("read")
         plan = reload.plan(running, loaded)
     except config.ConfigError as e:
         message = reload.describe_refusal(e)
         log.error("%s", message)
         write_status(running.state_dir, read_at, False, message)
         return None
+    clock.mark("plan")
     swap(services, plan.config)
+    clock.mark("swap")
     await close_sessions(services.hub, plan)
+    clock.mark("sessions")
     # Callers that now have a spend quota: count their month from the records first (their
     # runs are refused as pending meanwhile; runs/quota.py).
     book = services.supervisor.quota
     await trio.to_thread.run_sync(book.prime_all, book.begin_priming(plan.config.callers))
+    clock.mark("quotas")
     for name in plan.added + plan.changed:
         problem = config.key_file_problem(plan.config.caller(name).apiKeyFile)   # type: ignore[union-attr]
         if problem is not None:
             log.error("caller %s: %s; that caller's runs are refused until it is fixed", name, problem)
+    clock.mark("keys")
     message = plan.summary()
-    log.info("%s", message)
-    write_status(running.state_dir, read_at, True, message)
+    log.info("%s (took %s)", message, clock.text())
+    write_status(running.state_dir, read_at, True, message, clock.ms)
     return plan

@@ -180,3 +180,12 @@ async def test_minimal_host_client_waits_for_the_end_notice(tmp_path: Path) -> N
     finally:
         proc.send_signal(signal.SIGTERM)
         await proc.wait()
+
+
+def test_the_commands_that_do_not_serve_do_not_import_the_daemon() -> None:
+    """`swarmbase reload` (and add-caller, audit, usage) load only what they use: importing
+    the daemon (quart, the supervisor) cost ~0.6 CPU-s, so on a loaded machine a reload
+    command took 2-4 s while the daemon's own reload took 25 ms (bench/reload.py --via-cli)."""
+    probe = "import sys, swarmbase.cli; print(sorted(m for m in ('swarmbase.daemon', 'quart') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

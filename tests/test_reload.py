@@ -110,6 +110,9 @@ async def test_callers_change_live_while_a_run_goes_on(tmp_path: Path) -> None:
             st = await sighup_and_wait(d, state)
             assert st["ok"] and st["message"] == ("config reloaded: added caller carol; removed caller bob; "
                                                   "rotated the token of caller dave"), st
+            # Where the time went, step by step (issue 32.9), in the status file and the log.
+            assert list(st["phasesMs"]) == ["read", "plan", "swap", "sessions", "quotas", "keys"], st
+            assert all(isinstance(v, (int, float)) and v >= 0 for v in st["phasesMs"].values())
             await bob.closed_event.wait()
             await dave.closed_event.wait()
             assert (bob.closed.reason.code, bob.closed.reason.reason) == (
