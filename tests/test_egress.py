@@ -241,6 +241,7 @@ def test_what_each_engine_asks_for(tmp_path: Path) -> None:
     its gateway; a write agent: the caller's hosts too; every spec asks for a namespace."""
     from swarmbase.engines.claude_agent import ClaudeEngine
     from swarmbase.engines.codex_agent import CodexEngine
+    from swarmbase.engines.key_door import KeyDoor
     from swarmbase.engines.meter import Meter
     job = AgentJob(run_id="r", n=1, label="", engine="claude", model=None, effort=None, profile="write", schema=None,
                    prompt="p", cwd=str(tmp_path), api_key="k", max_usd=1, max_tokens=1, caller_max_profile="write",
@@ -252,6 +253,10 @@ def test_what_each_engine_asks_for(tmp_path: Path) -> None:
         cfg = config.load(path)
         assert ClaudeEngine(cfg).spec(job).egress == (api, Endpoint("pypi.org", 443))
         assert ClaudeEngine(cfg).spec(attrs.evolve(job, profile="read")).egress == (api,)
+        # With the key door (an agent on this machine): its one door to the API leads there.
+        door = KeyDoor()
+        door.url = "http://127.0.0.1:5556"
+        assert ClaudeEngine(cfg, door).spec(job, "bearer").egress == (Endpoint("127.0.0.1", 5556), Endpoint("pypi.org", 443))
     meter = Meter()
     meter.url = "http://127.0.0.1:5555"
     codex = CodexEngine(cfg, meter, deny=lambda: ())

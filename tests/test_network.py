@@ -5,8 +5,9 @@ One daemon, one run, three agents at once: a claude write agent whose Bash and a
 write agent whose shell curl everything on the host they could want (the daemon's own
 dashboard, another loopback service, the other engine's API, codex's upstream behind the
 meter), the caller's `network` host and a name not on the list; and a claude read agent,
-parked on the fake API, whose namespace is read from outside: it has the model API's door
-and nothing else. Every agent's own model API works (each one's answer came through it).
+parked on the fake API, whose namespace is read from outside: it has the key door's door
+and nothing else. Every agent's own model API works (each one's answer came through it),
+claude's only through the key door.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ async def test_agents_reach_their_model_api_and_nothing_else_on_the_host(tmp_pat
         dashboard = d.ws.replace("ws://", "http://").removesuffix("/mcpl") + "/"
         common = [dashboard, f"http://127.0.0.1:{other_port}/", f"http://localhost:{allowed_port}/",
                   "http://unlisted.invalid/"]
-        claude_probes = [*common, anthropic_api, responses_api]
+        claude_probes = [*common, anthropic_api, responses_api, "$ANTHROPIC_BASE_URL/v1/messages"]
         codex_probes = [*common, anthropic_api, responses_api]
         script = (f"return await parallel(["
                   f"() => agent({json.dumps('[[bash:' + probe_command(claude_probes) + ']]')}, {{profile: 'write'}}),"
@@ -110,13 +111,17 @@ async def test_agents_reach_their_model_api_and_nothing_else_on_the_host(tmp_pat
                 assert reader, "the read agent's CLI is not running"
                 read_doors = listening(reader[0])
                 read_ns = os.readlink(f"/proc/{reader[0]}/ns/net")
+                read_env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{reader[0]}/environ").read_bytes().split(b"\0")
+                                if b"=" in kv)
                 anthropic.gate.set()
                 await h.wait_notice(f"{rid}:end")
                 result = json.loads((await h.tool("result", {"runId": rid}))["structuredContent"]["text"])
     claude_out, codex_out, read_out = result
-    host_port = anthropic.url.removeprefix("http://")
-    # The read agent: its model API's door, not the caller's hosts; not the daemon's namespace.
-    assert read_doors == {host_port}
+    # The read agent: one door, to the key door (which holds the key; the agent holds a
+    # bearer), not the caller's hosts; not the daemon's namespace.
+    key_door = read_env[b"ANTHROPIC_BASE_URL"].decode()
+    assert read_doors == {key_door.removeprefix("http://")} and key_door != anthropic.url
+    assert KEY.encode() not in b"".join(read_env.values())
     assert read_ns != os.readlink("/proc/self/ns/net")
     assert read_out.startswith("echo:")
     # The write agents: the model API answered (their tool output came back through it) ...
@@ -129,8 +134,11 @@ async def test_agents_reach_their_model_api_and_nothing_else_on_the_host(tmp_pat
         assert outcome(out, dashboard) == 7, out
         assert outcome(out, f"http://127.0.0.1:{other_port}/") == 7, out
         if api:
-            assert outcome(out, api) == 0, out            # claude's own API, by curl too
+            assert outcome(out, api) == 7, out            # claude's API directly: no door leads there
     assert outcome(claude_out, responses_api) == 7, claude_out
+    # The key door answers the agent's Bash, but without the agent's bearer it refuses.
+    assert f"401 rc=0 {key_door}/v1/messages" in claude_out, claude_out
+    assert all(r["headers"].get("x-api-key") == KEY for r in anthropic.requests)   # swapped in by the door
     # codex reaches neither the gateway behind its meter nor the other engine's API.
     assert outcome(codex_out, responses_api) == 7 and outcome(codex_out, anthropic_api) == 7, codex_out
     assert all(r["path"] == "/responses" and r["headers"].get("authorization") == f"Bearer {KEY}"
