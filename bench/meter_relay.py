@@ -66,11 +66,11 @@ METER = textwrap.dedent("""
     import sys, trio
     sys.path.insert(0, sys.argv[2])
     from swarmbase.engines.meter import Meter
-    from swarmbase.daemon import serve_meter
+    from swarmbase.daemon import serve_relay
     async def main():
         m = Meter()
         async with trio.open_nursery() as n:
-            await n.start(serve_meter, m)
+            await n.start(serve_relay, m)
             a = m.register(run_id="run_bench", n=1, label="b", gateway_token="gw", upstream=sys.argv[1],
                            max_tokens=10**12, max_usd=None, price=None, kill=lambda r: None)
             print(m.url, a.bearer, flush=True)

@@ -31,6 +31,7 @@ from .engines.claude_agent import ClaudeEngine
 from .caller_secrets import caller_secrets
 from .engines.codex_agent import CodexEngine
 from .engines.codex_deny import CodexDenyList
+from .engines.key_door import KeyDoor
 from .engines.meter import Meter
 from .engines.think_codex import CodexThink
 from .engines.think_route import ThinkRouter
@@ -77,6 +78,7 @@ class Services:
     hub: Hub
     metrics: Metrics
     meter: Meter | None = None
+    key_door: KeyDoor | None = None       # when claude is configured
     ray: RayLauncher | None = None        # when placement.ray is configured
     drain: trio.Event = attrs.Factory(trio.Event)
     progress: ProgressFeed | None = None
@@ -110,7 +112,7 @@ def build_services(cfg: Config, agents: AgentService | None = None,
         from .launch.ray import RayLauncher     # imports Ray itself only when it connects
         ray = others["ray"] = RayLauncher(cfg)
     runs: dict[str, Run] = {}                    # the registry: the Supervisor's, read by the deny list
-    engines, meter = build_engines(cfg, env.redact, env.store, runs)
+    engines, meter, key_door = build_engines(cfg, env.redact, env.store, runs)
     if agents is None:
         agents = Agents(env, engines, Placements(launcher, **others))
     runners = Runners(cfg, launcher, limits)
@@ -122,21 +124,23 @@ def build_services(cfg: Config, agents: AgentService | None = None,
     in_daemon: list[InDaemon] = [e.in_daemon for e in engines.values()
                                  if isinstance(e, ThinkRouter) and isinstance(e.in_daemon, InDaemon)]
     return Services(cfg=cfg, env=env, launcher=launcher, supervisor=sup, runners=runners, hub=Hub(env.observers),
-                    metrics=metrics, meter=meter, ray=ray, progress=progress, in_daemon=in_daemon)
+                    metrics=metrics, meter=meter, key_door=key_door, ray=ray, progress=progress, in_daemon=in_daemon)
 
 
 def build_engines(cfg: Config, redact: Redactor, store: RunStore,
-                  runs: Mapping[str, Run]) -> tuple[dict[str, Engine], Meter | None]:
-    """The configured engines by name, and the codex meter when codex is configured."""
+                  runs: Mapping[str, Run]) -> tuple[dict[str, Engine], Meter | None, KeyDoor | None]:
+    """The configured engines by name, the codex meter when codex is configured, and the
+    claude key door when claude is."""
     engines: dict[str, Engine] = {}
-    meter = None
+    meter = key_door = None
     if cfg.engines.claude is not None:
-        engines["claude"] = ThinkRouter(ClaudeEngine(cfg), ClaudeThink(cfg), cfg.engines.claude.inProcessThink)
+        key_door = KeyDoor(redact=redact)
+        engines["claude"] = ThinkRouter(ClaudeEngine(cfg, key_door), ClaudeThink(cfg), cfg.engines.claude.inProcessThink)
     if cfg.engines.codex is not None:
         meter = Meter(redact=redact)
         engines["codex"] = ThinkRouter(CodexEngine(cfg, meter, deny=CodexDenyList(cfg, store, runs)), CodexThink(cfg),
                                        cfg.engines.codex.inProcessThink)
-    return engines, meter
+    return engines, meter, key_door
 
 
 class _QuartTransport:
@@ -291,8 +295,9 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
 
     try:
         async with trio.open_nursery() as nursery:
-            if services.meter is not None:
-                await nursery.start(serve_meter, services.meter)
+            for relay in (services.meter, services.key_door):
+                if relay is not None:
+                    await nursery.start(serve_relay, relay)
             resume = interrupted if cfg.resumeInterruptedOnBoot else []
             if services.ray is not None:
                 await nursery.start(services.ray.serve)
@@ -355,16 +360,18 @@ async def serve_on_loopback(app: Any, *, graceful: float = 0.5,
         task_status.started(binds[0])
 
 
-async def serve_meter(meter: Meter, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """The codex usage meter: its own loopback port (plain HTTP; agents reach it by URL).
-    Its upstream connections are closed when it stops (else they are left to the GC)."""
+async def serve_relay(relay: Meter | KeyDoor, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """The codex usage meter or the claude key door: a loopback port of its own (plain
+    HTTP; agents reach it by URL, through their one door). Its upstream connections are
+    closed when it stops (else they are left to the GC)."""
     try:
         async with trio.open_nursery() as n:
-            meter.url = await n.start(serve_on_loopback, meter)
+            relay.url = await n.start(serve_on_loopback, relay)
             task_status.started()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(5):
-            await meter.aclose()
+            await relay.aclose()
+
 
 
 def print_ready(url: str, cfg: Config, out: Any = sys.stderr) -> None:

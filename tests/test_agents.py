@@ -76,8 +76,12 @@ return 1;"""
                       "CLAUDE_CODE_MAX_RETRIES", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                       "ANTHROPIC_CUSTOM_HEADERS"} | ({"LC_ALL"} & set(os.environ)) | ({"TZ"} & set(os.environ)) \
         | ({"LC_CTYPE"} & set(os.environ))
-    assert e["ANTHROPIC_API_KEY"] == KEY
-    assert e["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9/gw"
+    # A bearer of its own and the key door, never the caller's key or her API's URL (the
+    # door swaps the bearer for the key on the way out; test_key_door.py).
+    door = env.services.key_door
+    assert door is not None and e["ANTHROPIC_BASE_URL"] == door.url.rstrip("/")
+    assert KEY not in e.values() and len(e["ANTHROPIC_API_KEY"]) >= 40
+    assert not door.agents                    # its bearer died with it
     assert e["ANTHROPIC_CUSTOM_HEADERS"] == f"x-gate-origin: swarmbase\nx-gate-channel: {run.id}\nx-gate-counterparty: 1:t"
     assert e["HOME"].startswith(homes) and e["TMPDIR"].startswith(homes)
     assert e["CLAUDE_CONFIG_DIR"] == e["HOME"] + "/.claude"

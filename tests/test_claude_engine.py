@@ -215,6 +215,52 @@ async def test_canary_key_never_leaks(tmp_path: Path, nursery: trio.Nursery, cla
     assert any(r["headers"].get("x-api-key") == CANARY for r in api.requests)
 
 
+def _environ_and_argv(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes() + b"\n" + Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:              # gone meanwhile
+        return b""
+
+
+async def test_the_key_never_enters_an_agent(tmp_path: Path, nursery: trio.Nursery, claude_bin: str,
+                                             api: FakeAnthropic) -> None:
+    """Issue 31 #3: the CLI holds a bearer of its own; the key door swaps it for the key.
+    While the agent's request is held at the API: no process of the daemon's has the key
+    in its environment or argv, no file in the agents' homes has it; the agent's own
+    `env` (sent back to the model) has the bearer and no key; the API got the key."""
+    env = await claude_daemon(tmp_path, nursery, claude_bin, api.url)
+    prompt = "[[gate]] [[bash:env; tr '\\0' '\\n' < /proc/$PPID/environ]]"
+    results: list[Any] = []
+    ended = trio.Event()
+
+    async def go() -> None:
+        results.append(await run_to_end(env, f"return await agent({json.dumps(prompt)}, {{profile: 'write'}})"))
+        ended.set()
+
+    nursery.start_soon(go)
+    with trio.fail_after(60):
+        while not api.requests:          # the CLI is up and waiting on its first answer
+            await trio.sleep(0.02)
+    procs = descendants(os.getpid())
+    seen = {pid: _environ_and_argv(pid) for pid in procs}
+    clis = [pid for pid in procs if _is_claude(Path(f"/proc/{pid}"))]
+    assert clis and all(b"ANTHROPIC_API_KEY=" in seen[pid] for pid in clis)
+    assert not [pid for pid, text in seen.items() if CANARY.encode() in text]
+    homes = [p for p in env.cfg.homes_dir.rglob("*") if p.is_file()]
+    assert homes and not any(CANARY.encode() in p.read_bytes() for p in homes)
+    api.gate.set()
+    with trio.fail_after(120):
+        await ended.wait()
+    run = results[0]
+    assert run.status == "completed", run.error
+    told = json.dumps([r["body"] for r in api.requests])
+    assert "ANTHROPIC_API_KEY=" in told and "ANTHROPIC_BASE_URL=http://127.0.0.1:" in told
+    assert CANARY not in told
+    assert CANARY not in all_text_under(env.services.store.dir(run))
+    # The API got the caller's key on every request, from the door.
+    assert len(api.requests) >= 2 and all(r["headers"].get("x-api-key") == CANARY for r in api.requests)
+
+
 async def test_cwd_must_lie_under_cwd_roots(tmp_path: Path, nursery: trio.Nursery, claude_bin: str,
                                             api: FakeAnthropic) -> None:
     env = await claude_daemon(tmp_path, nursery, claude_bin, api.url)

@@ -241,6 +241,7 @@ def test_what_each_engine_asks_for(tmp_path: Path) -> None:
     its gateway; a write agent: the caller's hosts too; every spec asks for a namespace."""
     from swarmbase.engines.claude_agent import ClaudeEngine
     from swarmbase.engines.codex_agent import CodexEngine
+    from swarmbase.engines.key_door import KeyDoor
     from swarmbase.engines.meter import Meter
     job = AgentJob(run_id="r", n=1, label="", engine="claude", model=None, effort=None, profile="write", schema=None,
                    prompt="p", cwd=str(tmp_path), api_key="k", max_usd=1, max_tokens=1, caller_max_profile="write",
@@ -252,6 +253,10 @@ def test_what_each_engine_asks_for(tmp_path: Path) -> None:
         cfg = config.load(path)
         assert ClaudeEngine(cfg).spec(job).egress == (api, Endpoint("pypi.org", 443))
         assert ClaudeEngine(cfg).spec(attrs.evolve(job, profile="read")).egress == (api,)
+        # With the key door (an agent on this machine): its one door to the API leads there.
+        door = KeyDoor()
+        door.url = "http://127.0.0.1:5556"
+        assert ClaudeEngine(cfg, door).spec(job, "bearer").egress == (Endpoint("127.0.0.1", 5556), Endpoint("pypi.org", 443))
     meter = Meter()
     meter.url = "http://127.0.0.1:5555"
     codex = CodexEngine(cfg, meter, deny=lambda: ())
@@ -307,3 +312,84 @@ async def test_a_namespace_that_cannot_be_made_fails_the_launch_clearly(tmp_path
         res = await launcher.run(spec, lambda line: lines.append(line) and False)
     assert res.spawn_error == "could not make the agent's network namespace: Address already in use"
     assert lines == [] and list((tmp_path / "procs").iterdir()) == []
+
+
+ANSWERS = {"good.test": ["203.0.113.7", "2001:db8::7"], "rebound.test": ["127.0.0.1"],
+           "mixed.test": ["203.0.113.7", "127.0.0.2"], "meta.test": ["169.254.169.254"],
+           "meta6.test": ["fd00:ec2::254"], "mapped.test": ["::ffff:127.0.0.1"], "linklocal.test": ["fe80::1%eth0"],
+           "zero.test": ["0.0.0.0"], "lo6.test": ["::1"], "nothing.test": []}
+
+
+async def test_a_name_is_refused_when_any_answer_is_this_host_or_the_metadata_service() -> None:
+    """Issue 31 #4, with a resolver the test controls: every answer is checked; IP
+    literals are explicit and never resolved."""
+    asked: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ANSWERS[host]
+
+    assert await egress.checked_addresses(Endpoint("good.test", 443), resolver) == ["203.0.113.7", "2001:db8::7"]
+    for name in sorted(set(ANSWERS) - {"good.test"}):
+        with pytest.raises(egress.DestinationRefused, match=name):
+            await egress.checked_addresses(Endpoint(name, 443), resolver)
+    assert asked == ["good.test", *sorted(set(ANSWERS) - {"good.test"})]
+    for literal in ("127.0.0.1", "169.254.169.254", "::1"):
+        assert await egress.checked_addresses(Endpoint(literal, 80), resolver) == [literal]
+    assert len(asked) == len(ANSWERS)                  # literals asked nothing
+
+
+async def test_the_relay_refuses_a_rebound_name_and_connects_to_what_it_checked() -> None:
+    """Through a real relay: a listed name rebound to 127.0.0.1 never reaches the service
+    listening there; a good name is resolved once per connection and the relay connects
+    to the address it checked (the connect hook plays the remote host), not to the name."""
+    upstream, up = listener()
+    answers = {"rebound.test": ["127.0.0.1"], "fine.test": ["203.0.113.9"]}
+    resolved: list[str] = []
+    dialled: list[tuple[str, int]] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        resolved.append(host)
+        return answers[host]
+
+    async def connect(host: str, port: int) -> trio.abc.Stream:
+        dialled.append((host, port))
+        return await trio.open_tcp_stream("127.0.0.1", up)    # "203.0.113.9" is played by the listener
+
+    doors = [egress.Door(inside="127.0.0.1:0", to=Endpoint("rebound.test", up)),
+             egress.Door(inside="127.0.0.1:0", to=Endpoint("fine.test", 443))]
+    (l1, p1), (l2, p2) = listener(), listener()
+    relay = egress.Relay("k", doors, connect=connect, resolver=resolver)
+    accepted: list[bytes] = []
+
+    async def serve() -> None:
+        s = trio.socket.from_stdlib_socket(upstream)
+        while True:
+            conn, _ = await s.accept()
+            with conn:
+                accepted.append(await conn.recv(100))
+                await conn.send(b"hello")
+
+    async def ask(port: int) -> bytes:
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        await client.send_all(b"ping")
+        answer = b""
+        while chunk := await client.receive_some(100):
+            answer += chunk
+            if answer == b"hello":
+                break
+        await client.aclose()
+        return answer
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as n:
+            n.start_soon(serve)
+            relay.start(n, [l1, l2])
+            assert await ask(p1) == b""                      # closed: refused
+            assert await ask(p2) == b"hello" and await ask(p2) == b"hello"
+            n.cancel_scope.cancel()
+    upstream.close()
+    assert relay.refused == 1 and relay.carried == 2
+    assert accepted == [b"ping", b"ping"]                   # only fine.test's connections arrived
+    assert resolved == ["rebound.test", "fine.test", "fine.test"]
+    assert dialled == [("203.0.113.9", 443), ("203.0.113.9", 443)]

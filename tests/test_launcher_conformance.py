@@ -56,6 +56,8 @@ async def test_every_launcher_keeps_the_contract(tmp_path: Path, make: Callable[
         assert hasattr(launcher, name), f"{type(launcher).__name__} lacks Launcher.{name}"
     assert launcher.initial_state in ("running", "waiting-node")
     assert isinstance(launcher.confined, bool) and launcher.spawned == 0
+    # Only this machine's agents reach the daemon's loopback relays (the key door).
+    assert launcher.on_daemon_host is (make is local)
     assert inspect.iscoroutinefunction(launcher.run)
     seen: list[bytes] = []
     where: list[dict[str, Any]] = []

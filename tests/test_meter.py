@@ -13,8 +13,9 @@ import hypercorn.config
 import hypercorn.trio
 import trio
 
-from swarmbase.daemon import serve_meter
-from swarmbase.engines.meter import CERT_HINT, EventScanner, Meter, event_data, ssl_context
+from swarmbase.daemon import serve_relay
+from swarmbase.engines.bearer_relay import ssl_context
+from swarmbase.engines.meter import CERT_HINT, EventScanner, Meter, event_data
 
 from .fakes.responses_api import FakeResponses
 
@@ -103,14 +104,14 @@ async def test_tls_failure_surfaces_with_hint_and_extra_ca_is_honoured(tmp_path:
     upstream = await serve_tls(nursery, fake.app(), cert, key)
 
     plain = Meter()
-    await nursery.start(serve_meter, plain)
+    await nursery.start(serve_relay, plain)
     status, (agent, text), killed = await relay_once(plain, upstream)
     assert status == 502 and agent.error == CERT_HINT and killed == [CERT_HINT]
     assert "meter: upstream unable to verify the first certificate" in CERT_HINT and "NODE_EXTRA_CA_CERTS" in CERT_HINT
 
     trusting = Meter(client=httpx.AsyncClient(verify=ssl_context({"NODE_EXTRA_CA_CERTS": str(cert)}),
                                               timeout=httpx.Timeout(30, read=None)))
-    await nursery.start(serve_meter, trusting)
+    await nursery.start(serve_relay, trusting)
     status, (agent, text), killed = await relay_once(trusting, upstream)
     assert status == 200 and killed == [] and "through tls" in text
     assert agent.used.total == 1100 and agent.responses == 1
@@ -120,7 +121,7 @@ async def test_tls_failure_surfaces_with_hint_and_extra_ca_is_honoured(tmp_path:
 async def test_usage_less_response_is_counted_as_unparsed(nursery: trio.Nursery) -> None:
     fake = await nursery.start(FakeResponses().serve)
     meter = Meter()
-    await nursery.start(serve_meter, meter)
+    await nursery.start(serve_relay, meter)
     status, (agent, text), killed = await relay_once(meter, fake.url, "[[nousage]]")
     assert status == 200 and agent.used.total == 0 and agent.unparsed == 1
     assert "no usage here" in text

@@ -4,9 +4,11 @@ the real Claude Code and Codex CLIs and their shells, as root.
 One daemon, one run, three agents at once: a claude write agent whose Bash and a codex
 write agent whose shell curl everything on the host they could want (the daemon's own
 dashboard, another loopback service, the other engine's API, codex's upstream behind the
-meter), the caller's `network` host and a name not on the list; and a claude read agent,
-parked on the fake API, whose namespace is read from outside: it has the model API's door
-and nothing else. Every agent's own model API works (each one's answer came through it).
+meter), the caller's `network` hosts (a loopback port listed as an IP literal: reached; one
+listed as `localhost`, a name resolving to loopback: refused) and a name not on the list; and a claude read agent,
+parked on the fake API, whose namespace is read from outside: it has the key door's door
+and nothing else. Every agent's own model API works (each one's answer came through it),
+claude's only through the key door.
 """
 
 from __future__ import annotations
@@ -85,13 +87,13 @@ async def test_agents_reach_their_model_api_and_nothing_else_on_the_host(tmp_pat
                  "codex": {"bin": str(CODEX), "baseUrl": responses.url, "maxTokensDefault": 200_000}},
         caller_extra={"apiKeyFile": str(state / "alice.key"), "maxProfile": "write",
                       "defaultModels": {"codex": "gpt-5.5"},
-                      "network": [f"localhost:{allowed_port}", "listed.invalid:9"]})
+                      "network": [f"127.0.0.1:{allowed_port}", f"localhost:{other_port}", "listed.invalid:9"]})
     anthropic_api, responses_api = anthropic.url + "/v1/messages", responses.url + "/responses"
     async with cli_daemon(path) as d:
         dashboard = d.ws.replace("ws://", "http://").removesuffix("/mcpl") + "/"
         common = [dashboard, f"http://127.0.0.1:{other_port}/", f"http://localhost:{allowed_port}/",
-                  "http://unlisted.invalid/"]
-        claude_probes = [*common, anthropic_api, responses_api]
+                  "http://unlisted.invalid/", f"http://localhost:{other_port}/"]
+        claude_probes = [*common, anthropic_api, responses_api, "$ANTHROPIC_BASE_URL/v1/messages"]
         codex_probes = [*common, anthropic_api, responses_api]
         script = (f"return await parallel(["
                   f"() => agent({json.dumps('[[bash:' + probe_command(claude_probes) + ']]')}, {{profile: 'write'}}),"
@@ -110,13 +112,17 @@ async def test_agents_reach_their_model_api_and_nothing_else_on_the_host(tmp_pat
                 assert reader, "the read agent's CLI is not running"
                 read_doors = listening(reader[0])
                 read_ns = os.readlink(f"/proc/{reader[0]}/ns/net")
+                read_env = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{reader[0]}/environ").read_bytes().split(b"\0")
+                                if b"=" in kv)
                 anthropic.gate.set()
                 await h.wait_notice(f"{rid}:end")
                 result = json.loads((await h.tool("result", {"runId": rid}))["structuredContent"]["text"])
     claude_out, codex_out, read_out = result
-    host_port = anthropic.url.removeprefix("http://")
-    # The read agent: its model API's door, not the caller's hosts; not the daemon's namespace.
-    assert read_doors == {host_port}
+    # The read agent: one door, to the key door (which holds the key; the agent holds a
+    # bearer), not the caller's hosts; not the daemon's namespace.
+    key_door = read_env[b"ANTHROPIC_BASE_URL"].decode()
+    assert read_doors == {key_door.removeprefix("http://")} and key_door != anthropic.url
+    assert KEY.encode() not in b"".join(read_env.values())
     assert read_ns != os.readlink("/proc/self/ns/net")
     assert read_out.startswith("echo:")
     # The write agents: the model API answered (their tool output came back through it) ...
@@ -127,10 +133,17 @@ async def test_agents_reach_their_model_api_and_nothing_else_on_the_host(tmp_pat
         assert outcome(out, f"http://localhost:{allowed_port}/") == 0, out
         assert outcome(out, "http://unlisted.invalid/") == 6, out
         assert outcome(out, dashboard) == 7, out
-        assert outcome(out, f"http://127.0.0.1:{other_port}/") == 7, out
+        # A listed *name* that resolves to loopback (`localhost`, by the host's resolver)
+        # gets its door, but the daemon refuses to carry it there (issue 31 #4): the
+        # connection is closed without a byte (curl 52/56), the service never answers.
+        for url in (f"http://127.0.0.1:{other_port}/", f"http://localhost:{other_port}/"):
+            assert outcome(out, url) in (52, 56), out
         if api:
-            assert outcome(out, api) == 0, out            # claude's own API, by curl too
+            assert outcome(out, api) == 7, out            # claude's API directly: no door leads there
     assert outcome(claude_out, responses_api) == 7, claude_out
+    # The key door answers the agent's Bash, but without the agent's bearer it refuses.
+    assert f"401 rc=0 {key_door}/v1/messages" in claude_out, claude_out
+    assert all(r["headers"].get("x-api-key") == KEY for r in anthropic.requests)   # swapped in by the door
     # codex reaches neither the gateway behind its meter nor the other engine's API.
     assert outcome(codex_out, responses_api) == 7 and outcome(codex_out, anthropic_api) == 7, codex_out
     assert all(r["path"] == "/responses" and r["headers"].get("authorization") == f"Bearer {KEY}"

@@ -276,7 +276,7 @@ def test_config_refuses_a_ray_cluster_without_a_private_token(tmp_path: Path) ->
 
 def resolve_for(cfg: config.Config, opts: dict[str, Any], caller: config.Caller | None = None) -> Any:
     run = Run(id="run_x", caller="alice", dir_name="d", created_at=0.0)
-    engines, _ = build_engines(cfg, Redactor(), RunStore(cfg.state_dir), {})
+    engines, _, _ = build_engines(cfg, Redactor(), RunStore(cfg.state_dir), {})
     return resolve("p", opts, run, caller or cfg.callers[0], cfg, 1, 60_000, engines)
 
 

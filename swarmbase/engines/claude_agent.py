@@ -5,6 +5,12 @@ dir is its HOME, CLAUDE_CONFIG_DIR and TMPDIR. It reads its cwd (writes it only 
 write profile); its network reaches the API (baseUrl's host, or the vendor's) and, for a
 write agent, the caller's `network` hosts. Usage is live from the relayed stream
 events, priced from the model's row until the CLI's own cost report arrives.
+
+The caller's key never enters an agent on this machine: the CLI gets a per-agent bearer
+and the key door's URL (engines/key_door.py), which swaps the bearer for the key on the
+way out; its network's one door to the API leads to the key door. Only an agent placed
+on another machine (a Ray node, which cannot reach the daemon's loopback) is given the
+key itself and the API's URL.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from ..launch.egress import ANTHROPIC_API, url_endpoint
 from ..launch.spec import AGENT_DIR, LaunchSpec
 from ..launch.sandbox import interpreter_paths
 from . import claude
+from .key_door import KeyDoor
 from .base import AgentIO, AgentJob, EngineBase, parse_json_line, spawn_failure
 from .verdict import Verdict
 
@@ -33,8 +40,9 @@ class ClaudeEngine(EngineBase):
     max_schema_bytes = SCHEMA_ARG_LIMIT
     cli_default_model = CLI_DEFAULT_MODEL
 
-    def __init__(self, cfg: Config, parent_env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, cfg: Config, door: KeyDoor | None = None, parent_env: Mapping[str, str] | None = None) -> None:
         self.cfg = cfg
+        self.door = door
         self.parent_env = dict(os.environ if parent_env is None else parent_env)
 
     def default_model(self, caller: Caller, run_model: str | None, phase_model: str | None) -> str | None:
@@ -44,22 +52,26 @@ class ClaudeEngine(EngineBase):
     def price(self, model: str | None) -> prices.PriceRow | None:
         return prices.row_for(model, self.cfg.prices)
 
-    def spec(self, job: AgentJob) -> LaunchSpec:
+    def spec(self, job: AgentJob, bearer: str | None = None) -> LaunchSpec:
+        """The CLI's launch; with `bearer` (the key door's, for this agent) it holds that
+        and reaches the API through the key door, without it the caller's key and the API."""
         engine = self.cfg.engines.claude
         assert engine is not None
         call = claude.ClaudeCall(bin=engine.bin, cwd=job.cwd, profile=job.profile, model=job.model,
                                  effort=job.effort, schema=job.schema, max_usd=job.max_usd,
                                  state_dir=str(self.cfg.state_dir), user_home=os.path.expanduser("~"),
                                  secret_files=list(job.secret_files))
+        via_door = bearer is not None and self.door is not None
+        base_url = self.door.url if via_door and self.door is not None else engine.baseUrl
         env = claude.environment(bin_path=engine.bin, home=f"{AGENT_DIR}/home", tmp=f"{AGENT_DIR}/tmp",
-                                 api_key=job.api_key, base_url=engine.baseUrl, run_id=job.run_id, n=job.n,
-                                 label=job.label, parent_env=self.parent_env)
+                                 api_key=bearer if via_door else job.api_key, base_url=base_url,
+                                 run_id=job.run_id, n=job.n, label=job.label, parent_env=self.parent_env)
         search = env["PATH"]
         return LaunchSpec(argv=tuple(claude.argv(call)), env=env, cwd=job.cwd, key=job.key,
                           files={"prompt.txt": job.prompt.encode()}, stdin_file="prompt.txt",
                           read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
                           write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,
-                          egress=job.egress(url_endpoint(engine.baseUrl or ANTHROPIC_API)),
+                          egress=job.egress(url_endpoint(base_url or ANTHROPIC_API)),
                           idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, state_dirs=job.state_dirs,
                           cwd_roots=job.cwd_roots, caller_paths=job.caller_paths,
                           record={"runId": job.run_id, "n": job.n, "engine": "claude"})
@@ -87,7 +99,13 @@ class ClaudeEngine(EngineBase):
                 io.usage_changed()
             return state.result is not None
 
-        res = await io.launcher.run(self.spec(job), on_line, io.started)
+        door = self.door if self.door is not None and self.door.url and io.launcher.on_daemon_host else None
+        held = door.register(job.api_key, engine.baseUrl or ANTHROPIC_API) if door is not None else None
+        try:
+            res = await io.launcher.run(self.spec(job, held.bearer if held else None), on_line, io.started)
+        finally:
+            if door is not None and held is not None:
+                door.unregister(held)
         if res.spawn_error:
             return spawn_failure("claude", engine.bin, res.spawn_error)
         verdict = claude.judge(state, job.schema)

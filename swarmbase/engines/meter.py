@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import secrets
 import ssl
 from typing import Any, Callable
 
@@ -27,13 +25,13 @@ import httpx
 import trio
 
 from .. import json_depth
+from .bearer_relay import BearerRelay, lifespan, new_bearer, plain, read_body, request_scope
 from ..config import PriceRow
 from .. import money
 from ..prices import Tokens, cost
 
 log = logging.getLogger("swarmbase.meter")
 
-MAX_REQUEST_BYTES = 64 * 1024 * 1024
 EVENT_PARSE_CAP = 1024 * 1024            # events above this are not JSON-parsed whole
 TAIL_KEEP = 64 * 1024
 CERT_HINT = ("meter: upstream unable to verify the first certificate — if engines.codex.baseUrl uses a "
@@ -43,16 +41,6 @@ PASS_HEADERS = ("originator", "user-agent", "session-id", "thread-id", "x-client
 DELTA_PREFIX = b"event: response.output_text.delta\n"
 DELTA_OVERHEAD = 160             # the JSON around a delta's text, roughly; estimates only
 USAGE_RE = re.compile(rb'"usage"\s*:\s*(\{(?:[^{}]|\{[^{}]*\})*\})')
-
-
-def ssl_context(env: dict[str, str] | None = None) -> ssl.SSLContext:
-    """The system store plus NODE_EXTRA_CA_CERTS, as Node (and so the spec) promises."""
-    env = dict(os.environ) if env is None else env
-    ctx = ssl.create_default_context()
-    extra = env.get("NODE_EXTRA_CA_CERTS")
-    if extra and os.path.exists(extra):
-        ctx.load_verify_locations(extra)
-    return ctx
 
 
 @attrs.define(eq=False)
@@ -214,50 +202,16 @@ def usage_tokens(u: Any) -> Tokens | None:
     return Tokens(input=max(0, inp - cached), output=out, cache_read=cached)
 
 
-class Meter:
+class Meter(BearerRelay[MeterAgent]):
     """The registry of live agents plus the ASGI app that relays their requests."""
 
-    def __init__(self, client: httpx.AsyncClient | None = None, redact: Any = None) -> None:
-        self.agents: dict[str, MeterAgent] = {}
-        self.url = ""
-        self._client = client
-        self.redact = redact          # live bearers are secrets too, while they live
-
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(verify=ssl_context(), timeout=httpx.Timeout(30, read=None),
-                                             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=50))
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the upstream connections (when the meter stops serving)."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
-
     def register(self, **kw: Any) -> MeterAgent:
-        agent = MeterAgent(bearer=secrets.token_urlsafe(32), **kw)
-        self.agents[agent.bearer] = agent
-        if self.redact is not None:
-            self.redact.add(agent.bearer)
-        return agent
-
-    def unregister(self, agent: MeterAgent) -> None:
-        self.agents.pop(agent.bearer, None)
-        agent.close_relays()
-        if self.redact is not None:
-            self.redact.discard(agent.bearer)
+        return self.hold(MeterAgent(bearer=new_bearer(), **kw))
 
     # -- ASGI ---------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                if msg["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif msg["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            return await lifespan(receive, send)
         if scope["type"] != "http":
             return
         if scope["path"] != "/responses" or scope["method"] != "POST":
@@ -267,21 +221,13 @@ class Meter:
         agent = self.agents.get(auth[7:]) if auth.startswith("Bearer ") else None
         if agent is None:
             return await self._plain(send, 401, "unauthorized: no live agent holds this bearer")
-        body = bytearray()
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if len(body) > MAX_REQUEST_BYTES:
-                return await self._plain(send, 413, "request too large")
-            if not msg.get("more_body"):
-                break
-        await self._relay(agent, headers, bytes(body), send)
+        body = await read_body(receive)
+        if body is None:
+            return await self._plain(send, 413, "request too large")
+        await self._relay(agent, headers, body, send)
 
     async def _plain(self, send: Any, status: int, text: str) -> None:
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body",
-                    "body": json.dumps({"error": {"message": text, "type": "meter_error"}}).encode()})
+        await plain(send, status, text, "meter_error")
 
     async def _relay(self, agent: MeterAgent, headers: dict[str, str], body: bytes, send: Any) -> None:
         out_headers = {k: v for k, v in headers.items() if k in PASS_HEADERS}
@@ -291,40 +237,35 @@ class Meter:
             "x-gate-counterparty": f"{agent.n}:{''.join(c for c in agent.label if 32 <= ord(c) < 127)[:120]}"})
         input_estimate = len(body) // 4
         started = False
-        scope = trio.CancelScope()
-        agent.relays.add(scope)
-        try:
-            with scope:
-                try:
-                    async with self.client().stream("POST", agent.upstream + "/responses", headers=out_headers,
-                                                    content=body) as resp:
-                        await send({"type": "http.response.start", "status": resp.status_code,
-                                    "headers": [(b"content-type", resp.headers.get("content-type", "text/event-stream")
-                                                 .encode())]})
-                        started = True
-                        try:
-                            await self._stream(agent, resp, send, input_estimate)
-                        finally:
-                            # Under cancellation httpx's own cleanup would be cancelled too and
-                            # leave the upstream socket open: close it shielded, bounded.
-                            with trio.CancelScope(shield=True), trio.move_on_after(2):
-                                await resp.aclose()
-                except httpx.ConnectError as e:
-                    if _is_cert_error(e):
-                        agent.error = CERT_HINT
-                        agent.kill(CERT_HINT)
-                    else:
-                        agent.error = f"meter: cannot reach the upstream: {e}"
-                    if not started:
-                        await self._plain(send, 502, agent.error)
-                        started = True
-                except (httpx.HTTPError, OSError) as e:
-                    agent.error = f"meter: upstream failed: {e!r}"
-                    if not started:
-                        await self._plain(send, 502, agent.error)
-                        started = True
-        finally:
-            agent.relays.discard(scope)
+        with request_scope(agent.relays) as scope:
+            try:
+                async with self.client().stream("POST", agent.upstream + "/responses", headers=out_headers,
+                                                content=body) as resp:
+                    await send({"type": "http.response.start", "status": resp.status_code,
+                                "headers": [(b"content-type", resp.headers.get("content-type", "text/event-stream")
+                                             .encode())]})
+                    started = True
+                    try:
+                        await self._stream(agent, resp, send, input_estimate)
+                    finally:
+                        # Under cancellation httpx's own cleanup would be cancelled too and
+                        # leave the upstream socket open: close it shielded, bounded.
+                        with trio.CancelScope(shield=True), trio.move_on_after(2):
+                            await resp.aclose()
+            except httpx.ConnectError as e:
+                if _is_cert_error(e):
+                    agent.error = CERT_HINT
+                    agent.kill(CERT_HINT)
+                else:
+                    agent.error = f"meter: cannot reach the upstream: {e}"
+                if not started:
+                    await self._plain(send, 502, agent.error)
+                    started = True
+            except (httpx.HTTPError, OSError) as e:
+                agent.error = f"meter: upstream failed: {e!r}"
+                if not started:
+                    await self._plain(send, 502, agent.error)
+                    started = True
         if scope.cancelled_caught and not started:
             await self._plain(send, 503, "the agent was stopped")
 

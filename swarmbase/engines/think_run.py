@@ -33,7 +33,7 @@ from ..prices import Tokens
 from . import claude, think_http
 from . import think_messages as tm
 from .base import AgentIO, AgentJob
-from .meter import ssl_context
+from .bearer_relay import ssl_context
 from .verdict import Verdict
 
 CLAUDE_RETRIES = 2        # the claude engine sets CLAUDE_CODE_MAX_RETRIES=2 for its CLI

@@ -22,6 +22,12 @@ Design (issue 20; docs/decisions.md "Agents' network is an allow-list" has what 
 - The relay runs on the daemon's event loop: ~165–200 MB/s through one door here against
   ~325–480 MB/s direct (bench/isolation.py); model APIs stream a few KB/s per agent, so
   nothing resident per agent is worth the copy it would save.
+- A name is resolved by the relay once per connection, and every answer is checked: a
+  name that resolves to a loopback, link-local or unspecified address, or to the cloud
+  metadata address, is refused (issue 31 #4), so a listed name cannot be rebound to the
+  daemon's host (its dashboard, its relays) or to the metadata service. The connection
+  goes to the checked addresses, never to the name again. An IP literal on the list is
+  explicit and is carried as written (`127.0.0.1:<port>` opens that port on purpose).
 Pure functions apart from `Relay`.
 """
 
@@ -164,6 +170,57 @@ def plan(allowed: Sequence[Endpoint]) -> EgressPlan:
 
 
 # ---------------------------------------------------------------------------
+# Where a name may lead.
+
+METADATA = frozenset({ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")})
+
+
+def answer_refusal(addr: str) -> str | None:
+    """Why a resolved address may not be a name's destination, or None."""
+    ip = ipaddress.ip_address(addr.split("%", 1)[0])        # an IPv6 scope (fe80::1%eth0) is link-local anyway
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip in METADATA:
+        return "the cloud metadata address"
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_unspecified:
+        return "the unspecified address (this host)"
+    return None
+
+
+class DestinationRefused(OSError):
+    """A name resolved to an address no name may lead to."""
+
+
+Resolve = Callable[[str, int], Awaitable[Sequence[str]]]
+
+
+async def resolve(host: str, port: int) -> list[str]:
+    """The host's addresses for a TCP connection, in the resolver's order."""
+    infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def checked_addresses(to: Endpoint, resolve: Resolve) -> list[str]:
+    """Where a connection to `to` may go: an IP literal as written; a name's answers, all
+    of them checked (DestinationRefused if any is refused: a name that answers loopback
+    among public addresses is being rebound, and the client would not pick for us)."""
+    if _ip(to.host) is not None:
+        return [to.host]
+    answers = list(await resolve(to.host, to.port))
+    if not answers:
+        raise DestinationRefused(f"{to.host} has no address")
+    for addr in answers:
+        why = answer_refusal(addr)
+        if why:
+            raise DestinationRefused(f"{to.host} resolves to {addr}, {why}: refused (list an IP literal to mean it)")
+    return answers
+
+
+# ---------------------------------------------------------------------------
 # The relay: the daemon's side of the doors.
 
 Connect = Callable[[str, int], Awaitable[trio.abc.Stream]]
@@ -191,12 +248,15 @@ class Relay:
     for at most `grace` seconds; answers have nobody left to read them and are cut, and so
     is a connection still connecting (its client is gone)."""
 
-    def __init__(self, key: str, doors: Sequence[Door], connect: Connect = trio.open_tcp_stream) -> None:
+    def __init__(self, key: str, doors: Sequence[Door], connect: Connect = trio.open_tcp_stream,
+                 resolver: Resolve = resolve) -> None:
         self.key = key
         self.doors = list(doors)
         self.connect = connect
+        self.resolver = resolver
         self.carried = 0
         self.failed = 0
+        self.refused = 0             # connections whose name resolved where no name may lead
         self.sending = 0             # connected, and the agent-to-destination half is not done
         self._accepting = trio.CancelScope()
         self._changed = trio.Event()
@@ -231,6 +291,17 @@ class Relay:
                 continue
             nursery.start_soon(self._carry, door, trio.SocketStream(conn))
 
+    async def _open(self, to: Endpoint) -> trio.abc.Stream:
+        """A connection to the first checked address that answers (resolved once, here)."""
+        error: OSError | None = None
+        for addr in await checked_addresses(to, self.resolver):
+            try:
+                return await self.connect(addr, to.port)
+            except OSError as e:
+                error = e
+        assert error is not None
+        raise error
+
     async def _carry(self, door: Door, inside: trio.SocketStream) -> None:
         done = True                  # until connected: a drain does not wait for a connect
 
@@ -252,7 +323,12 @@ class Relay:
         try:
             async with inside:
                 try:
-                    outside = await self.connect(door.to.host, door.to.port)
+                    outside = await self._open(door.to)
+                except DestinationRefused as e:
+                    self.failed += 1
+                    self.refused += 1
+                    log.warning("agent %s: %s", self.key, e)
+                    return
                 except OSError as e:
                     self.failed += 1
                     log.info("agent %s: could not reach %s: %s", self.key, door.to, e)

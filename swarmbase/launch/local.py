@@ -44,6 +44,7 @@ class SandboxUnavailable(Exception):
 
 
 class LocalLauncher(LauncherBase):
+    on_daemon_host = True
     def __init__(self, *, mode: str, homes: Path, procs: Path, forbidden: Sequence[Path] = (),
                  layout: HostLayout | None = None, sandbox_user: str | None = None,
                  netns_kind: str | None = None) -> None:

@@ -89,6 +89,11 @@ class Launcher(Protocol):
     def spawned(self) -> int:
         """Processes it started since boot (for benches and tests)."""
 
+    @property
+    def on_daemon_host(self) -> bool:
+        """Whether its processes run on the daemon's machine and so reach the daemon's
+        loopback relays (the key door, the meter); elsewhere an agent must hold its key."""
+
     async def run(self, spec: LaunchSpec, on_line: OnLine, started: Started | None = None) -> ProcResult:
         """Run until the final event, the leader's exit, or the idle watchdog; cancelling
         the caller kills the process (its whole group)."""
@@ -96,9 +101,10 @@ class Launcher(Protocol):
 
 class LauncherBase:
     """What a launcher is unless it says otherwise: its agents are running once they hold
-    their slots, its processes are not confined, it has counted none."""
+    their slots, its processes are not confined and run elsewhere, it has counted none."""
     initial_state = "running"
     spawned = 0
+    on_daemon_host = False
 
     @property
     def confined(self) -> bool:

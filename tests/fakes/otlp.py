@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 from typing import Any
 
+from swarmbase.engines.bearer_relay import lifespan, read_body
+
 
 class OtlpReceiver:
     """A minimal OTLP/HTTP trace collector (ASGI): decodes every POST to /v1/traces."""
@@ -17,19 +19,8 @@ class OtlpReceiver:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                msg = await receive()
-                if msg["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif msg["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+            return await lifespan(receive, send)
+        body = await read_body(receive) or b""
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         if headers.get("content-encoding") == "gzip":
             body = gzip.decompress(body)
