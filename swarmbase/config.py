@@ -116,6 +116,9 @@ class Placement:
     ray: Optional[RayPlacement] = _f("ray", None)
 
 
+PROJECT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 @attrs.frozen
 class Caller:
     name: str = _f("name", pattern=r"^[A-Za-z0-9_-]{1,64}$")
@@ -125,6 +128,9 @@ class Caller:
     engines: Optional[list[Literal["claude", "codex"]]] = _f("engines", None)
     maxProfile: Literal["think", "read", "write"] = _f("maxProfile", "read")
     cwdRoots: list[str] = _f("cwdRoots", factory=list)
+    # Named directories under cwdRoots (git repositories or plain dirs) a run works in, as a
+    # Claude Code session works in its project; "default" (or the only one) when a run names none.
+    projects: dict[str, str] = _f("projects", factory=dict)
     defaultModels: DefaultModels = _f("defaultModels", factory=DefaultModels)
     runUsdDefault: float = _f("runUsdDefault", 5.0, lo=0.03, hi=100_000)
     runUsdMax: float = _f("runUsdMax", 25.0, lo=0.03, hi=100_000)
@@ -142,6 +148,15 @@ class Caller:
     usdPerMonth: Optional[float] = _f("usdPerMonth", None, lo=0, hi=100_000_000)
     # Where this caller's agents may run; None: everywhere configured (see `placement`).
     placements: Optional[list[Literal["local", "ray"]]] = _f("placements", None)
+
+    def default_project(self) -> tuple[str, str] | None:
+        """(name, path) of the project a run that names none works in: "default", else the
+        only one; None when the caller has none or several without a default."""
+        if "default" in self.projects:
+            return "default", self.projects["default"]
+        if len(self.projects) == 1:
+            return next(iter(self.projects.items()))
+        return None
 
 
 @attrs.frozen
@@ -416,6 +431,20 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
                 raise ConfigError(f"{where}.cwdRoots[{j}]: {r} contains the daemon's state dir or homesDir; "
                                   "agents there could read every caller's keys")
             roots.append(real)
+        projects = {}
+        for name, p in c.projects.items():
+            if not PROJECT_NAME.fullmatch(name):
+                raise ConfigError(f"{where}.projects: {name[:80]!r} is not a project name (letters, digits, . _ -; "
+                                  "at most 64)")
+            p = expand(p)
+            real = os.path.realpath(p)
+            if not os.path.isabs(p):
+                raise ConfigError(f"{where}.projects.{name}: {p!r} must be an absolute path")
+            if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+                raise ConfigError(f"{where}.projects.{name}: {p} is not inside the caller's cwdRoots")
+            if not os.path.isdir(real):
+                raise ConfigError(f"{where}.projects.{name}: {p} is not a directory")
+            projects[name] = real
         allowed = c.engines
         if allowed is None:
             allowed = [e for e in ENGINES if engines.configured(e)]
@@ -444,7 +473,7 @@ def _semantic_checks(cfg: Config, search_path: str | None) -> Config:
                 raise ConfigError(f'{where}.placements[{j}]: "ray" is not configured (placement.ray)')
         if not placements:
             raise ConfigError(f"{where}.placements: must name at least one placement")
-        callers.append(attrs.evolve(c, apiKeyFile=key_file, cwdRoots=roots, engines=list(allowed),
+        callers.append(attrs.evolve(c, apiKeyFile=key_file, cwdRoots=roots, projects=projects, engines=list(allowed),
                                     placements=list(dict.fromkeys(placements))))
     return attrs.evolve(cfg, callers=callers, engines=engines)
 

@@ -155,4 +155,4 @@ async def test_a_run_names_its_repository_once(tmp_path: Path, nursery: trio.Nur
     assert json.loads((env.services.store.dir(plain) / "agents" / "1" / "opts.json").read_text())[
         "resolved"]["cwd"] == str(repo.resolve())
     outside = call(env, "run", {"script": "return 1", "repository": "/etc"})
-    assert outside["isError"] and "repository '/etc' is not inside this caller's cwdRoots" in outside["content"][0]["text"]
+    assert outside["isError"] and "project '/etc' is not inside this caller's cwdRoots" in outside["content"][0]["text"]

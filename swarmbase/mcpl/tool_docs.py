@@ -48,8 +48,11 @@ MEANING: dict[tuple[str, str], str] = {
                                  "replays from that run's journal; without one, that run's script runs again"),
     ("run", "title"): "The run's label (Claude Code's name for it; label wins if both are given)",
     ("run", "description"): "What the run is for, kept and shown with it",
-    ("run", "repository"): ("A git repository under your cwdRoots that this run's agents work in: the default cwd "
-                            "of every agent, and where isolation: 'worktree' makes its worktrees"),
+    ("run", "project"): ("The project this run works in, as a Claude Code session works in its directory: the "
+                         "name of one of your configured projects, or a directory (a git repository or not) under "
+                         "your cwdRoots. It is every agent's default cwd, the base of a relative opts.cwd, and the "
+                         "repository isolation: 'worktree' makes its worktrees from"),
+    ("run", "repository"): "The older name of project (project wins if both are given)",
     ("run", "tokenTarget"): ("The run's token target, budget.total in the script: output tokens the run's agents "
                              "may spend; agent() throws once they are spent"),
     ("run", "profile"): "Default profile of the run's agents: think (no tools), read, or write (edits and Bash)",
@@ -76,6 +79,16 @@ MEANING: dict[tuple[str, str], str] = {
     ("usage", "to"): "Last UTC day, YYYY-MM-DD, inclusive",
 }
 
+def _project(c: Caller) -> str:
+    found = c.default_project()
+    if found is not None:
+        return f"your project {found[0]!r} ({found[1]})"
+    if c.projects:
+        return ("none: you have several projects and none is named \"default\", so name one "
+                f"({', '.join(sorted(c.projects))}); without one agents work in the run's own empty work dir")
+    return "none: you have no project configured, so agents work in the run's own empty work dir"
+
+
 DEFAULTS: dict[tuple[str, str], Describe] = {
     ("run", "script"): lambda c, cfg: "none; one of script, scriptPath, name or resumeFromRunId is needed",
     ("run", "scriptPath"): lambda c, cfg: "none",
@@ -83,7 +96,8 @@ DEFAULTS: dict[tuple[str, str], Describe] = {
     ("run", "resumeFromRunId"): lambda c, cfg: "none (a fresh run)",
     ("run", "title"): lambda c, cfg: "the script's meta.name, else its leading // comment line, else \"untitled\"",
     ("run", "description"): lambda c, cfg: "none",
-    ("run", "repository"): lambda c, cfg: "none (agents work in the run's own empty work dir)",
+    ("run", "project"): lambda c, cfg: _project(c),
+    ("run", "repository"): lambda c, cfg: "none (see project)",
     ("run", "tokenTarget"): lambda c, cfg: "none (budget.total is null)",
     ("run", "args"): lambda c, cfg: None,
     ("run", "label"): lambda c, cfg: "the script's meta.name, else its leading // comment line, else \"untitled\"",

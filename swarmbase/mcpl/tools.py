@@ -42,6 +42,7 @@ TOOLS: list[dict[str, Any]] = [
                 "resumeFromRunId": {"type": "string", "pattern": "^run_[0-9a-f]{12}$"},
                 "title": {"type": "string", "minLength": 1, "maxLength": 200},
                 "description": {"type": "string", "maxLength": 2000},
+                "project": {"type": "string", "minLength": 1, "maxLength": 4096},
                 "repository": {"type": "string", "minLength": 1, "maxLength": 4096},
                 "tokenTarget": {"type": "integer", "minimum": 1, "maximum": 1_000_000_000},
                 "args": {"description": "Any JSON value, visible to the script as `args`"},

@@ -78,6 +78,11 @@ def _type(name: str, value: Json, kind: type | tuple[type, ...], what: str) -> N
         raise OptionError(f"agent(): opts.{name} must be a finite number")
 
 
+class NoRepository(OptionError):
+    """A worktree agent with no repository to make its worktree from: fails that agent
+    before any spend (and a run whose every worktree agent failed so is `failed`)."""
+
+
 def pinned_cwd(path: str, roots: list[str]) -> str:
     """The realpath of `path` if it lies under one of `roots` (realpaths), else OptionError.
     Resolving first means a symlink pointing out of a root is refused; a refusal never says
@@ -205,6 +210,8 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
     cwd = opts.get("cwd")
     if cwd is not None:
         _type("cwd", cwd, str, "a string")
+        if not cwd.startswith("/") and run.repository is not None:
+            cwd = os.path.join(run.repository, cwd)     # relative: to the run's project, as in Claude Code
         cwd = pinned_cwd(cwd, caller.cwdRoots)
     elif run.repository is not None:
         cwd = run.repository          # pinned when the run started
@@ -218,9 +225,9 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
     if isolation is not None and isolation != "worktree":
         raise OptionError(f"agent(): opts.isolation must be 'worktree', got {str(isolation)[:50]!r}")
     if isolation == "worktree" and cwd is None:
-        raise OptionError("agent(): isolation: 'worktree' needs a git repository to make the worktree from: "
-                          "start the run with `repository` (a git repository under your cwdRoots), or pass "
-                          "opts.cwd")
+        raise NoRepository("agent(): isolation: 'worktree' needs a git repository to make the worktree from, "
+                           "and this run has no project: configure the caller's `projects` (a \"default\" one is "
+                           "used by every run), start the run with `project`, or pass opts.cwd")
     phase = opts.get("phase")
     if phase is not None:
         _type("phase", phase, str, "a string (a progress group's title)")

@@ -30,7 +30,7 @@ from ..launch.spec import Placements
 from ..script.bridge import AgentCallError
 from . import answers, records, worktrees
 from .agent_launch import AgentLauncher, Launch
-from .agent_opts import AgentOptions, OptionError, resolve
+from .agent_opts import AgentOptions, NoRepository, OptionError, resolve
 from .agent_service import Replayed, Ticket
 from .budget import BudgetSpent, default_max_usd
 from .ending import agent_stopped_with_run
@@ -76,9 +76,14 @@ class Agents:
         n = live.next_agent_number()
         path = scope.workflow_path
         phase = opts.get("phase") if isinstance(opts.get("phase"), str) else live.current_phase_title(path)
+        if opts.get("isolation") == "worktree":
+            live.worktree_agents += 1
         try:
             o = resolve(prompt, opts, live.run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs, self.engines,
                         profile=scope.profile, phase_model=live.phase_model(path, phase))
+        except NoRepository as e:
+            live.no_repository.append(str(e))
+            return Ticket(n=n, error=str(e))
         except OptionError as e:
             return Ticket(n=n, error=str(e))
         except (ValueError, TypeError, RecursionError) as e:   # hostile shapes: never take the run down

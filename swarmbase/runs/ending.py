@@ -33,8 +33,12 @@ class End:
 
 
 def end_of(stop: Stop | None, outcome: ScriptOutcome | None, *, error: str | None, detail: str | None,
-           cancelled_by: str, timeout_ms: int | None, redact: Callable[[str], str]) -> End:
-    """A stop decides before the script's outcome; then a daemon-side error; then the script."""
+           cancelled_by: str, timeout_ms: int | None, redact: Callable[[str], str],
+           refused_worktrees: str | None = None) -> End:
+    """A stop decides before the script's outcome; then a daemon-side error; then the script.
+    A script that returned although every worktree agent it asked for was refused (no
+    repository: `pipeline()` turns the throws into nulls) failed: its result is not the
+    one its author expects (`refused_worktrees` says why)."""
     if stop is Stop.CANCEL:
         return End("cancelled", "cancelled by " + cancelled_by)
     if stop is Stop.SHUTDOWN:
@@ -46,6 +50,8 @@ def end_of(stop: Stop | None, outcome: ScriptOutcome | None, *, error: str | Non
         return End("failed", detail or "the run exceeded a limit")
     if error is not None:
         return End("failed", error)
+    if outcome is not None and outcome.ok and refused_worktrees is not None:
+        return End("failed", refused_worktrees)
     if outcome is not None and outcome.ok:
         return End("completed", has_result=True)
     if outcome is not None:

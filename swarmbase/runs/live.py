@@ -66,6 +66,10 @@ class LiveRun:
     stopped: Stop | None = None         # why the run was stopped (the first reason stays)
     stop_detail: str | None = None
     cancelled_by: str = "the caller"
+    # Worktree agents asked for, and those refused for want of a repository (the reason kept):
+    # a run whose every worktree agent was refused so is failed, not completed.
+    worktree_agents: int = 0
+    no_repository: list[str] = attrs.Factory(list)
     finished: trio.Event = attrs.Factory(trio.Event)
     usd: BudgetGate = attrs.field(default=None)
     tokens: BudgetGate = attrs.field(default=None)     # the token budget (token-budgeted engines)
@@ -143,6 +147,13 @@ class LiveRun:
         return script_budget(self, self.usd, self.tokens)
 
     # -- stopping ------------------------------------------------------------------------
+    def worktrees_all_refused(self) -> str | None:
+        """Why the run failed when every worktree agent it asked for had no repository."""
+        if self.no_repository and len(self.no_repository) == self.worktree_agents:
+            return (f"every worktree agent of the run ({self.worktree_agents}) failed before it started: "
+                    + self.no_repository[0].removeprefix("agent(): "))
+        return None
+
     def note_stop(self, why: Stop, detail: str | None = None) -> None:
         """Why the run is ending; the first reason given stays."""
         if self.stopped is None:

@@ -113,7 +113,8 @@ class Run:
     # agents work in (the default cwd, and where isolation: 'worktree' worktrees come from).
     token_target: Optional[int] = None
     description: Optional[str] = None
-    repository: Optional[str] = None
+    repository: Optional[str] = None      # the run's project (its path)
+    project_name: Optional[str] = None    # its name in the caller's `projects`, if it has one
     # Where its end notice went in the outbox log, (log id, seq) from Outbox.add: lets boot
     # queue again a notice that a torn outbox line lost (Outbox.lost_at_load).
     notice_ref: Optional[tuple[str, int]] = attrs.field(default=None, converter=_ref)
@@ -204,7 +205,8 @@ class Run:
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
             "resumedAs": self.resumed_as, "timeoutMs": self.timeout_ms, "budgetWarnAt": self.budget_warn_at,
             "scriptComment": self.script_comment, "tokenTarget": self.token_target, "description": self.description,
-            "repository": self.repository, "link": self.link, "end": self.end,
+            "repository": self.repository, "project": self.repository, "projectName": self.project_name,
+            "link": self.link, "end": self.end,
             "notice": {"log": self.notice_ref[0], "seq": self.notice_ref[1]} if self.notice_ref else None,
             **({"rebuilt": self.rebuilt} if self.rebuilt else {}),
             **({"notify": self.notify} if self.notify else {}),
@@ -248,6 +250,7 @@ class Run:
             token_target=d.get("tokenTarget") if isinstance(d.get("tokenTarget"), int) and not isinstance(
                 d.get("tokenTarget"), bool) else None,
             description=_str(d.get("description")), repository=_str(d.get("repository")),
+            project_name=_str(d.get("projectName")),
             notice_ref=d.get("notice"),
             rebuilt=d.get("rebuilt") if isinstance(d.get("rebuilt"), dict) else None,
             notify=([k for k in d["notify"] if isinstance(k, str)] or None) if isinstance(d.get("notify"), list) else None,
@@ -265,7 +268,7 @@ class Run:
             "spentTokens": self.spent_tokens, "tokenTarget": self.token_target,
             "agents": {"done": self.agents_done, "total": self.agents_total},
             "error": self.error, "errorLine": self.error_line, "resumedFrom": self.resumed_from,
-            "resumedAs": self.resumed_as,
+            "resumedAs": self.resumed_as, "project": self.repository, "projectName": self.project_name,
             **({"archivedAt": iso(self.archived_at)} if self.archived_at is not None else {}),
             **({"rebuilt": rebuilt_note(self.rebuilt)} if self.rebuilt else {}),
         }

@@ -25,7 +25,7 @@ from .model import Run
 from .naming import leading_comment
 
 # What a resume with the Workflow call shape may set anew (besides script and args).
-RESUME_OVERRIDES = ("label", "description", "tokenTarget", "repository", "notify")
+RESUME_OVERRIDES = ("label", "description", "tokenTarget", "repository", "project", "notify")
 
 
 T = TypeVar("T")
@@ -65,7 +65,10 @@ NUMBERS = {"budget_usd": float, "budget_warn_at": float, "budget_tokens": int, "
 
 
 def asked(params: Mapping[str, Json]) -> Asked:
-    """The `run` tool's parameters (already checked against its JSON Schema)."""
+    """The `run` tool's parameters (already checked against its JSON Schema). `project` and
+    its older name `repository` are one parameter (`project` wins if both are given)."""
+    if params.get("project") is not None:
+        params = {**params, "repository": params["project"]}
     values: JsonObject = {}
     for field, name in PARAMS.items():
         v = params.get(name)
@@ -107,7 +110,8 @@ class RunOpts:
     timeout_ms: int
     budget_warn_at: float
     meta: script_meta.Meta | None
-    repository: str | None
+    repository: str | None            # the project's path (its name in project_name, if it has one)
+    project_name: str | None = None
 
     def new_run(self, run_id: str, caller: str, dir_name: str, now: float) -> Run:
         a = self.asked
@@ -117,6 +121,7 @@ class RunOpts:
                    timeout_ms=self.timeout_ms, budget_warn_at=self.budget_warn_at,
                    script_comment=leading_comment(a.script), meta=self.meta.to_json() if self.meta else None,
                    token_target=a.token_target, description=a.description, repository=self.repository,
+                   project_name=self.project_name,
                    notify=list(a.notify) if a.notify else None)
 
 
@@ -140,16 +145,31 @@ def resolve(caller: Caller, a: Asked, cfg: Config) -> RunOpts:
         meta = script_meta.read(a.script).meta
     except script_meta.MetaError as e:
         raise RunRefused(f"the script was not started: {e}") from None
-    repository = a.repository
-    if repository is not None:
-        try:
-            repository = pinned_cwd(repository, caller.cwdRoots)
-        except OptionError as e:
-            raise RunRefused(str(e).replace("agent(): opts.cwd", "repository")) from None
+    project_name, repository = project_of(caller, a.repository)
     allowed = caller.models.for_engine(DEFAULT_ENGINE)    # a run's `model` is its default engine's
     if a.model is not None and not model_allowed(a.model, allowed):
         raise RunRefused(f"model {a.model!r} is not allowed for this caller (allowed: {', '.join(allowed or [])})")
     return RunOpts(asked=a, profile=profile, budget_usd=budget_usd, budget_tokens=budget_tokens,
                    timeout_ms=timeout_ms,
                    budget_warn_at=a.budget_warn_at if a.budget_warn_at is not None else caller.budgetWarnAt,
-                   meta=meta, repository=repository)
+                   meta=meta, repository=repository, project_name=project_name)
+
+
+def project_of(caller: Caller, asked_for: str | None) -> tuple[str | None, str | None]:
+    """(name, path) of the project a run works in: the one asked for (a name from the
+    caller's `projects`, or a path under its cwdRoots), else the caller's default project;
+    (None, None) for a caller with no project (its agents get the run's own work dir)."""
+    if asked_for is None:
+        return caller.default_project() or (None, None)
+    if asked_for in caller.projects:
+        return asked_for, caller.projects[asked_for]
+    if not asked_for.startswith("/"):
+        names = ", ".join(sorted(caller.projects)) or "none configured"
+        raise RunRefused(f"project {asked_for[:100]!r} is not one of this caller's projects ({names}); "
+                         "a path must be absolute and under the caller's cwdRoots")
+    try:
+        path = pinned_cwd(asked_for, caller.cwdRoots)
+    except OptionError as e:
+        raise RunRefused(str(e).replace("agent(): opts.cwd", "project")) from None
+    named = [n for n, p in caller.projects.items() if p == path]
+    return (named[0] if named else None), path

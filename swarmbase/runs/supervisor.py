@@ -261,7 +261,7 @@ class Supervisor:
         run.spent_tokens = int(live.tokens.ledger.spent)
         preview = None
         end = end_of(live.stopped, outcome, error=error, detail=live.stop_detail, cancelled_by=live.cancelled_by,
-                     timeout_ms=run.timeout_ms, redact=env.redact)
+                     timeout_ms=run.timeout_ms, redact=env.redact, refused_worktrees=live.worktrees_all_refused())
         if end.has_result and outcome is not None:
             value = redact_value(env.redact, outcome.value)
             try:

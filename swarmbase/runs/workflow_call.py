@@ -25,7 +25,7 @@ from .workflows import WorkflowError, find_saved, listing, read_script_file
 
 # Passed to the supervisor as they are.
 PASSED = ("args", "label", "model", "effort", "profile", "budgetUsd", "budgetTokens", "keepWork", "timeoutMs",
-          "budgetWarnAt", "description", "repository", "tokenTarget", "notify")
+          "budgetWarnAt", "description", "repository", "project", "tokenTarget", "notify")
 
 
 @attrs.frozen
