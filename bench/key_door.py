@@ -28,9 +28,8 @@ from pathlib import Path
 
 import trio
 
-from common import CLAUDE, ROOT, start, state_dir, stop, summary, write_config  # noqa: E402
+from common import CLAUDE, ROOT, alternated_runs, start, state_dir, stop, summary, write_config  # noqa: E402
 from meter_relay import UPSTREAM  # noqa: E402
-from swarmbase.client import connect
 from swarmbase.daemon import serve_relay
 from swarmbase.engines.key_door import KeyDoor
 from swarmbase.launch.egress import Door, Endpoint, Relay
@@ -93,7 +92,6 @@ async def throughput(mb: int, rounds: int) -> dict[str, list[float]]:
 
 
 async def agent_starts(tree: str, n: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"before": [], "now": []}
     async with trio.open_nursery() as nursery:
         api = await nursery.start(FakeAnthropic().serve)
         daemons = {}
@@ -104,17 +102,7 @@ async def agent_starts(tree: str, n: int) -> dict[str, list[float]]:
                                          "engines": {"claude": {"bin": str(CLAUDE), "baseUrl": api.url}}})
             daemons[label] = await start(state, token, nursery, code=code)
         try:
-            async with connect(daemons["before"].ws, daemons["before"].token) as hb, \
-                    connect(daemons["now"].ws, daemons["now"].token) as hn:
-                await hb.handshake()
-                await hn.handshake()
-                for i in range(n):
-                    for label, h in ((("before", hb), ("now", hn)) if i % 2 else (("now", hn), ("before", hb))):
-                        t = time.perf_counter()
-                        rid = (await h.tool("run", {"script": "return await agent('hi', {profile: 'read'})"})
-                               )["structuredContent"]["runId"]
-                        await h.wait_notice(f"{rid}:end")
-                        out[label].append((time.perf_counter() - t) * 1000)
+            out = await alternated_runs(daemons, "return await agent('hi', {profile: 'read'})", n)
         finally:
             for d in daemons.values():
                 await stop(d)
