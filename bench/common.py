@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,21 @@ async def stop(d: Daemon) -> None:
         if d.proc.returncode is None:
             d.proc.kill()
             await d.proc.wait()
+
+
+async def alternated_runs(daemons: dict[str, Daemon], script: str, n: int) -> dict[str, list[float]]:
+    """`script` run → end notice on each daemon ("before", "now"), alternated run by run
+    so that a loaded machine's drift hits both alike: n wall times (ms) each."""
+    from swarmbase.client import connect
+    out: dict[str, list[float]] = {"before": [], "now": []}
+    async with connect(daemons["before"].ws, daemons["before"].token) as hb, \
+            connect(daemons["now"].ws, daemons["now"].token) as hn:
+        await hb.handshake()
+        await hn.handshake()
+        for i in range(n):
+            for label, h in ((("before", hb), ("now", hn)) if i % 2 else (("now", hn), ("before", hb))):
+                t = time.perf_counter()
+                rid = (await h.tool("run", {"script": script}))["structuredContent"]["runId"]
+                await h.wait_notice(f"{rid}:end")
+                out[label].append((time.perf_counter() - t) * 1000)
+    return out

@@ -26,7 +26,7 @@ import time
 
 import trio
 
-from common import CLAUDE, ROOT, start, state_dir, stop, summary, write_config  # noqa: E402
+from common import CLAUDE, ROOT, alternated_runs, start, state_dir, stop, summary, write_config  # noqa: E402
 from swarmbase.client import connect
 from swarmbase.launch.local import LocalLauncher
 from swarmbase.launch.spec import LaunchSpec
@@ -144,22 +144,11 @@ async def before_after(tree: str, api_url: str, n: int, nursery: trio.Nursery) -
         token = write_config(state, {"sandbox": "bwrap", "engines": {"claude": {"bin": str(CLAUDE), "baseUrl": api_url}}})
         os.environ["PYTHONPATH"] = code          # the daemon process runs that tree's code
         daemons[label] = await start(state, token, nursery)
-    out: dict[str, list[float]] = {"before": [], "now": []}
     try:
-        async with connect(daemons["before"].ws, daemons["before"].token) as hb, \
-                connect(daemons["now"].ws, daemons["now"].token) as hn:
-            await hb.handshake()
-            await hn.handshake()
-            for i in range(n):
-                for label, h in ((("before", hb), ("now", hn)) if i % 2 else (("now", hn), ("before", hb))):
-                    t = time.perf_counter()
-                    rid = (await h.tool("run", {"script": "return await agent('hi')"}))["structuredContent"]["runId"]
-                    await h.wait_notice(f"{rid}:end")
-                    out[label].append((time.perf_counter() - t) * 1000)
+        return await alternated_runs(daemons, "return await agent('hi')", n)
     finally:
         for d in daemons.values():
             await stop(d)
-    return out
 
 
 async def main(n: int, n_agents: int, before: str | None = None) -> None:

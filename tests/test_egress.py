@@ -253,10 +253,14 @@ def test_what_each_engine_asks_for(tmp_path: Path) -> None:
         cfg = config.load(path)
         assert ClaudeEngine(cfg).spec(job).egress == (api, Endpoint("pypi.org", 443))
         assert ClaudeEngine(cfg).spec(attrs.evolve(job, profile="read")).egress == (api,)
-        # With the key door (an agent on this machine): its one door to the API leads there.
+        # With the key door (an agent on this machine): its one door to the API leads there,
+        # and the x-gate-* headers still go to a configured gateway only.
         door = KeyDoor()
         door.url = "http://127.0.0.1:5556"
-        assert ClaudeEngine(cfg, door).spec(job, "bearer").egress == (Endpoint("127.0.0.1", 5556), Endpoint("pypi.org", 443))
+        spec = ClaudeEngine(cfg, door).spec(job, "bearer")
+        assert spec.egress == (Endpoint("127.0.0.1", 5556), Endpoint("pypi.org", 443))
+        assert spec.env["ANTHROPIC_API_KEY"] == "bearer" and spec.env["ANTHROPIC_BASE_URL"] == door.url
+        assert ("ANTHROPIC_CUSTOM_HEADERS" in spec.env) == (base is not None)
     meter = Meter()
     meter.url = "http://127.0.0.1:5555"
     codex = CodexEngine(cfg, meter, deny=lambda: ())

@@ -108,8 +108,11 @@ def header_safe(text: str, limit: int = 120) -> str:
 
 
 def environment(*, bin_path: str, home: str, tmp: str, api_key: str | None, base_url: str | None,
-                run_id: str, n: int, label: str, parent_env: Mapping[str, str]) -> dict[str, str]:
-    """Built from an allowlist: nothing of the daemon's environment leaks but locale."""
+                run_id: str, n: int, label: str, parent_env: Mapping[str, str],
+                gateway: bool | None = None) -> dict[str, str]:
+    """Built from an allowlist: nothing of the daemon's environment leaks but locale.
+    `gateway`: whether the API is a configured baseUrl, which gets the x-gate-* headers
+    (the vendor API does not); default: whether there is a base_url."""
     path_dirs = [os.path.dirname(bin_path), "/usr/local/bin", "/usr/bin", "/bin"]
     env = {
         "PATH": ":".join(dict.fromkeys(d for d in path_dirs if d)),
@@ -130,6 +133,7 @@ def environment(*, bin_path: str, home: str, tmp: str, api_key: str | None, base
         env["ANTHROPIC_API_KEY"] = api_key
     if base_url:
         env["ANTHROPIC_BASE_URL"] = base_url
+    if base_url if gateway is None else gateway:
         env["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join([
             "x-gate-origin: swarmbase", f"x-gate-channel: {header_safe(run_id)}",
             f"x-gate-counterparty: {n}:{header_safe(label)}"])

@@ -2,8 +2,8 @@
 
 The prompt is a file in the agent's private dir given as stdin (never argv); the private
 dir is its HOME, CLAUDE_CONFIG_DIR and TMPDIR. It reads its cwd (writes it only under the
-write profile); its network reaches the API (baseUrl's host, or the vendor's) and, for a
-write agent, the caller's `network` hosts. Usage is live from the relayed stream
+write profile); its network reaches the key door (below) and, for a write agent, the
+caller's `network` hosts. Usage is live from the relayed stream
 events, priced from the model's row until the CLI's own cost report arrives.
 
 The caller's key never enters an agent on this machine: the CLI gets a per-agent bearer
@@ -61,11 +61,11 @@ class ClaudeEngine(EngineBase):
                                  effort=job.effort, schema=job.schema, max_usd=job.max_usd,
                                  state_dir=str(self.cfg.state_dir), user_home=os.path.expanduser("~"),
                                  secret_files=list(job.secret_files))
-        via_door = bearer is not None and self.door is not None
-        base_url = self.door.url if via_door and self.door is not None else engine.baseUrl
+        door_url = self.door.url if bearer is not None and self.door is not None else None
+        key, base_url = (bearer, door_url) if door_url else (job.api_key, engine.baseUrl)
         env = claude.environment(bin_path=engine.bin, home=f"{AGENT_DIR}/home", tmp=f"{AGENT_DIR}/tmp",
-                                 api_key=bearer if via_door else job.api_key, base_url=base_url,
-                                 run_id=job.run_id, n=job.n, label=job.label, parent_env=self.parent_env)
+                                 api_key=key, base_url=base_url, run_id=job.run_id, n=job.n, label=job.label,
+                                 parent_env=self.parent_env, gateway=engine.baseUrl is not None)
         search = env["PATH"]
         return LaunchSpec(argv=tuple(claude.argv(call)), env=env, cwd=job.cwd, key=job.key,
                           files={"prompt.txt": job.prompt.encode()}, stdin_file="prompt.txt",
