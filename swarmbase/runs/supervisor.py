@@ -62,7 +62,7 @@ class Supervisor:
         # Ended runs whose final records a full disk refused: kept (status reads them
         # here) and written again when space returns.
         self.unsaved: dict[str, LiveRun] = {}
-        self.quota = QuotaBook(history_of(self.runs, env.store.dir))     # usdPerDay / usdPerMonth
+        self.quota = QuotaBook(history_of(self.runs, env.store.dir, env.cfg.state_dir))     # usdPerDay / usdPerMonth
         self.accepting = True
         self._nursery: trio.Nursery | None = None
 
