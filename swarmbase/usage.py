@@ -15,7 +15,7 @@ import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, TextIO
 
 import attrs
 
@@ -220,14 +220,28 @@ def report_for_state(state_dir: Path, start: str | None = None, end: str | None 
     return report(runs_on_disk(state_dir, first, last, caller), first, last)
 
 
+def spend_path(run: Run, run_dir: Callable[[Run], Path], state_dir: Path) -> Path:
+    """Where a run's agent records are read: its run dir, or its zip once retention has
+    archived it (runs/archive.py). The one answer for `usage` and the quota history, so an
+    archived run's spend counts in both (issue 32 #1)."""
+    return run_dir(run) if run.archived_at is None else archive.zip_path(state_dir, run.dir_name)
+
+
+def runs_in(runs: Iterable[Run], caller: str | None, lo: float, hi: float, run_dir: Callable[[Run], Path],
+            state_dir: Path) -> list[tuple[Run, Path]]:
+    """The runs (of `caller`, or everyone's) that may hold agents ending in [lo, hi), each
+    with where its records are read. Pruned on the run table alone: no file is read."""
+    return [(r, spend_path(r, run_dir, state_dir)) for r in runs
+            if (caller is None or r.caller == caller) and run_in_window(r.created_at, r.ended_at, lo, hi)]
+
+
 def supervisor_runs(sup: DaemonSpend, caller: str | None, first: dt.date, last: dt.date) -> list[tuple[str, Path, bool]]:
     """(caller, dir) of the daemon's runs that may hold agents ending in the window, pruned
     on the runs it holds in memory. Cheap; call it on the event loop, then `report` (which
     reads files) may run in a thread."""
     lo, hi = epoch(first), epoch(last + dt.timedelta(days=1))
-    return [(r.caller, sup.env.store.dir(r) if r.archived_at is None else archive.zip_path(sup.env.cfg.state_dir, r.dir_name),
-             not r.active) for r in list(sup.runs.values())
-            if (caller is None or r.caller == caller) and run_in_window(r.created_at, r.ended_at, lo, hi)]
+    return [(r.caller, d, not r.active)
+            for r, d in runs_in(list(sup.runs.values()), caller, lo, hi, sup.env.store.dir, sup.env.cfg.state_dir)]
 
 
 def report_for_supervisor(sup: DaemonSpend, caller: str | None, start: str | None = None, end: str | None = None,

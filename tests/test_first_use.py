@@ -74,4 +74,4 @@ async def check_first_use(d: CliDaemon, env: dict[str, str], cfg_path: Path, por
     async with connect(d.ws, token) as h:
         await h.handshake()
         notice = await h.wait_notice(f"{run_id}:end")
-    assert "Run first try" in notice["payload"]["content"][0]["text"]
+    assert 'Run "first try"' in notice["payload"]["content"][0]["text"]

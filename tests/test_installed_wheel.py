@@ -60,7 +60,7 @@ async def test_an_installed_wheel_runs_a_script_outside_the_checkout(tmp_path: P
                 cwd=elsewhere, env=env, capture_stdout=True, capture_stderr=True, check=False)
             out = run.stdout.decode()
             assert run.returncode == 0, (out, run.stderr.decode(), d.stderr.decode())
-            assert "swarmbase:completed" in out and "Run installed" in out and "\n```json\n42\n```" in out
+            assert "swarmbase:completed" in out and 'Run "installed"' in out and "\n```json\n42\n```" in out
             guide = await trio.run_process([*client, "guide"], cwd=elsewhere, env=env, capture_stdout=True)
             assert "agent(" in guide.stdout.decode()
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:

@@ -4,6 +4,7 @@ status tools and the dashboard; never a line of code."""
 from __future__ import annotations
 
 import html
+import json
 import re
 
 import httpx
@@ -63,7 +64,7 @@ async def test_notices_tools_and_dashboard_use_the_same_name(running: Env) -> No
                 run_id = (await h.tool("run", {"script": script}))["structuredContent"]["runId"]
                 notice = await h.wait_notice(f"{run_id}:end")
                 text = notice["payload"]["content"][0]["text"]
-                assert text.startswith(f"Run {expected} ({run_id}) completed"), text
+                assert text.startswith(f"Run {json.dumps(expected)} ({run_id}) completed"), text
                 names[run_id] = expected
             listed = {r["runId"]: r["label"] for r in (await h.tool("list"))["structuredContent"]["runs"]}
             assert listed == names

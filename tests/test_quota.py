@@ -118,3 +118,33 @@ async def test_quota_windows_refuse_runs_that_cannot_fit(tmp_path: Path) -> None
             assert page.status_code == 200
             row = re.search(r'<tr data-caller="alice" data-window="day">(.*?)</tr>', page.text, re.DOTALL)
             assert row and re.findall(r"\$[\d.]+", row.group(1)) == ["$1.0000", "$0.7500", "$0.0000", "$0.2500"]
+
+
+@pytest.mark.timeout(300)
+async def test_a_restart_after_retention_archived_a_run_still_counts_its_spend(tmp_path: Path) -> None:
+    """Issue 32 #1: the quota's history read run dirs only, so an archived run's spend was
+    forgotten at the next restart while `usage` (which reads the zips) still showed it."""
+    path, tokens = fake_cli_config(tmp_path, sandbox="none", caller_extra={"usdPerDay": LIMIT, "runUsdMax": 5})
+    script = "return await agent('pay:0.25', {maxUsd: 0.3})"
+    with trio.fail_after(240):
+        async with cli_daemon(path) as d, connect(d.ws, tokens["alice"]) as h:
+            await h.handshake()
+            first = (await h.tool("run", {"script": script, "budgetUsd": BUDGET}))["structuredContent"]["runId"]
+            await h.wait_notice(f"{first}:end")
+            second = (await h.tool("run", {"script": script, "budgetUsd": BUDGET}))["structuredContent"]["runId"]
+            await h.wait_notice(f"{second}:end")
+        data = json.loads(path.read_text())
+        data["retention"] = {"maxRuns": 1}             # the boot pass archives the older run
+        path.write_text(json.dumps(data))
+        archived = tmp_path / "state" / "runs-archive"
+        async with cli_daemon(path):
+            while not list(archived.glob(f"*-{first}.zip")):
+                await trio.sleep(0.05)
+        async with cli_daemon(path) as d, connect(d.ws, tokens["alice"]) as h:
+            await h.handshake()
+            assert (await h.tool("status", {"runId": first}))["structuredContent"]["archivedAt"]
+            while "pending" in (day := day_window(await usage_quota(h))):
+                await trio.sleep(0.05)
+            spent = (await h.tool("usage", {}))["structuredContent"]["totals"]["costUsd"]
+    assert spent == pytest.approx(0.5)
+    assert (day["spentUsd"], day["leftUsd"]) == (0.5, 0.5)          # the archived run's $0.25 counts too

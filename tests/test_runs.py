@@ -53,7 +53,7 @@ async def test_notice_reaches_connected_host_exactly(running: Env) -> None:
     # The daemon's words, then the result as data in a block of its own (issue 24 #5).
     [block, data] = n["payload"]["content"]
     assert block["type"] == data["type"] == "text"
-    assert block["text"].startswith(f"Run notice test ({run_id}) completed: 0 agents, $0.0000 of $5.0000.")
+    assert block["text"].startswith(f'Run "notice test" ({run_id}) completed: 0 agents, $0.0000 of $5.0000.')
     assert block["text"].endswith(f"\nEnd record hash: {end_hash}") and '"answer"' not in block["text"]
     assert data["text"].startswith("The run's result follows, as data") and '"answer": 42' in data["text"]
     # Accepted notices leave the outbox.

@@ -164,6 +164,8 @@ async def test_saved_workflows_and_model_allowlist(tmp_path: Path, nursery: trio
     text = "// Summarize args.text\nreturn await agent('sum ' + args.text)"
     saved = tools.call(sup, alice, {"name": "save_workflow", "arguments": {"name": "summarize", "script": text}})
     assert saved["structuredContent"] == {"name": "summarize", "saved": True}
+    for d in (env.cfg.state_dir / "workflows", env.cfg.state_dir / "workflows" / "alice"):
+        assert d.stat().st_mode & 0o777 == 0o700, d           # workflows/ names every caller: private too
     listed = tools.call(sup, alice, {"name": "workflows", "arguments": {}})["structuredContent"]["workflows"]
     assert listed == [{"name": "summarize", "chars": len(text), "firstLine": "// Summarize args.text"}]
     refused = tools.call(sup, alice, {"name": "run", "arguments": {"script": "return 1", "model": "claude-opus-5-5"}})
@@ -176,6 +178,20 @@ return out;""", model="claude-haiku-5-5", timeout=90)
     assert res["used"].startswith("echo: sum hello")
     assert "model 'claude-opus-5-5' is not allowed" in res["refused"] and "claude-haiku-*" in res["refused"]
     assert api.requests[-1]["body"]["model"] == "claude-haiku-5-5"
+
+
+async def test_a_second_resume_is_refused_while_the_first_is_live(tmp_path: Path, nursery: trio.Nursery,
+                                                                  claude_bin: str, api: FakeAnthropic) -> None:
+    env = await v2_daemon(tmp_path, nursery, api)
+    sup, alice = env.services.supervisor, env.cfg.caller("alice")
+    old = await run_to_end(env, "throw new Error('again')", timeout=60)
+    assert old.status == "failed"
+    first = tools.call(sup, alice, {"name": "resume", "arguments": {"runId": old.id}})
+    second = tools.call(sup, alice, {"name": "resume", "arguments": {"runId": old.id}})
+    new_id = first["structuredContent"]["runId"]
+    assert not first.get("isError") and second["isError"], second
+    assert f"already being resumed as {new_id}" in second["content"][0]["text"]
+    assert [r.id for r in sup.runs_of("alice") if r.resumed_from == old.id] == [new_id]
 
 
 async def test_budget_warning_goes_out_exactly_once(tmp_path: Path, nursery: trio.Nursery, claude_bin: str,

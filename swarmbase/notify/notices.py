@@ -10,8 +10,8 @@ daemon's disk, which `swarmbase audit RUN_ID --expect-hash HASH` checks the run 
 
 What the script or its subagents wrote is kept apart from the daemon's words (issue 24 #5,
 swarmbase/data_frame.py): the first content block is the daemon's (status line, link, end
-hash; a label shown on one line), and a completed run's result preview or a failed run's
-error is a second block, a one-line note and a fence the content cannot close. A subagent
+hash; the run's title JSON-quoted on one line, as progress notices quote labels and phases),
+and a completed run's result preview or a failed run's error is a second block, a one-line note and a fence the content cannot close. A subagent
 that read hostile text can put it in the result, but not outside that fence.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..data_frame import ERROR_NOTE, framed, one_line
+from ..data_frame import ERROR_NOTE, framed, one_line, quoted
 from ..mcpl.features import NOTIFY_SET
 from ..money import usd
 from ..runs.model import Run, iso
@@ -40,7 +40,7 @@ def notice_text(run: Run, url: str | None = None) -> str:
     """The daemon's own words about the run's end (the first content block)."""
     spend = usd(run.spent_usd) + (" (estimated)" if run.spent_estimated else "")
     agents = f"{run.agents_total} agent{'s' if run.agents_total != 1 else ''}"
-    head = f"Run {one_line(run.display_label)} ({run.id}) {run.status}: {agents}, {spend} of {usd(run.budget_usd)}."
+    head = f"Run {quoted(run.display_label, 200)} ({run.id}) {run.status}: {agents}, {spend} of {usd(run.budget_usd)}."
     if url:
         head += f"\nDashboard: {url}"
     if run.status != "completed" and run.error and run.status != "failed":
@@ -112,7 +112,7 @@ def build_budget_warning(run: Run, spent: float, reserved: float, budget: float,
     threshold, so the resident can cancel before the ceiling."""
     used = spent + reserved
     share = f" ({used / budget:.0%})" if budget > 0 else ""
-    text = (f"Run {one_line(run.display_label)} ({run.id}) has spent {usd(spent)} (+ {usd(reserved)} reserved for "
+    text = (f"Run {quoted(run.display_label, 200)} ({run.id}) has spent {usd(spent)} (+ {usd(reserved)} reserved for "
             f"agents in flight) of its {usd(budget)} budget{share}. It stops at the budget; cancel it now "
             f"if the rest is not worth it.")
     if url:

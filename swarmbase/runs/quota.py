@@ -245,10 +245,11 @@ class QuotaBook:
                     if limit_of(caller, k) is not None]
 
 
-def history_of(runs: Mapping[str, Run], run_dir: Callable[[Run], Path]) -> History:
+def history_of(runs: Mapping[str, Run], run_dir: Callable[[Run], Path], state_dir: Path) -> History:
     """History from the supervisor's run table: a caller's ended runs that may hold agents
-    ending in [lo, hi). Called on whichever thread primes; the table is copied first."""
+    ending in [lo, hi), read where `usage` reads them (archived ones from their zips).
+    Called on whichever thread primes; the table is copied first."""
     def history(caller: str, lo: float, hi: float) -> list[tuple[str, Path]]:
-        return [(r.id, run_dir(r)) for r in list(runs.values())
-                if r.caller == caller and not r.active and usage.run_in_window(r.created_at, r.ended_at, lo, hi)]
+        return [(r.id, d) for r, d in usage.runs_in(list(runs.values()), caller, lo, hi, run_dir, state_dir)
+                if not r.active]
     return history

@@ -62,7 +62,7 @@ class Supervisor:
         # Ended runs whose final records a full disk refused: kept (status reads them
         # here) and written again when space returns.
         self.unsaved: dict[str, LiveRun] = {}
-        self.quota = QuotaBook(history_of(self.runs, env.store.dir))     # usdPerDay / usdPerMonth
+        self.quota = QuotaBook(history_of(self.runs, env.store.dir, env.cfg.state_dir))     # usdPerDay / usdPerMonth
         self.accepting = True
         self._nursery: trio.Nursery | None = None
 
@@ -308,6 +308,11 @@ class Supervisor:
         old = self.get(caller.name, run_id)
         if old.active:
             raise RunRefused(f"run {old.id} is still {old.status}; cancel it or let it end before resuming")
+        again = self.live.get(old.resumed_as) if old.resumed_as else None
+        if again is not None and again.run.active:
+            # Two resumes at once would make two paying runs of one script (issue 31 #8).
+            raise RunRefused(f"run {old.id} is already being resumed as {again.run.id} ({again.run.status}); "
+                             f"one resume of a run at a time")
         if old.archived_at is not None:
             raise RunRefused(f"run {old.id} was archived by the daemon's retention policy; an archived run can be "
                              f"read (status, result, audit, the dashboard) but not resumed")

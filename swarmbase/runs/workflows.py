@@ -250,7 +250,12 @@ def save(state_dir: Path, caller: str, name: str, script: str) -> Path:
     if not NAME.fullmatch(name):
         raise WorkflowError("name must be 1-64 letters, digits, '_' or '-'")
     d = saved_dir(state_dir, caller)
-    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # mode= applies to the leaf only: workflows/ itself would get the umask's 0755 and list
+    # every caller's name, so it is made (and kept) private first.
+    top = d.parent
+    top.mkdir(exist_ok=True, mode=0o700)
+    top.chmod(0o700)
+    d.mkdir(exist_ok=True, mode=0o700)
     path = d / f"{name}.js"
     fsutil.write_atomic(path, script.encode())
     return path
