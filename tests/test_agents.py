@@ -172,8 +172,6 @@ async def test_timeout_kills_agent(tmp_path: Path, nursery: trio.Nursery) -> Non
 
 
 @pytest.mark.parametrize("opts,message", [
-    ("{ modle: 'x' }", "unknown option 'modle'; did you mean 'model'?"),
-    ("{ agenttype: 'Explore' }", "unknown option 'agenttype'; did you mean 'agentType'?"),
     ("{ schema: { type: 'array', items: {} } }", "agent({schema}) received an unusable JSON Schema: its root must be"),
     ("{ schema: { type: 'object', properties: {}, required: ['x'] } }", "it requires 'x', which is not in its properties"),
     ("{ agentType: 'code-reviewer' }", "agent({agentType}): agent type 'code-reviewer' not found. Available agents:"),

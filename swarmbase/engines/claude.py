@@ -72,15 +72,19 @@ class ClaudeCall:
     state_dir: str
     user_home: str
     secret_files: list[str] = attrs.field(factory=list)
+    disallowed: list[str] = attrs.field(factory=list)     # agent({disallowedTools})
 
 
 def argv(call: ClaudeCall) -> list[str]:
-    tools = PROFILE_TOOLS[call.profile]
+    # A disallowed tool is not offered at all (removed from --tools) and denied by name too,
+    # as Claude Code's runtime passes it to its subagents.
+    tools = [t for t in PROFILE_TOOLS[call.profile] if t not in call.disallowed]
     allow: list[str] = []
     if call.profile in ("read", "write"):
         allow += [abs_rule("Read", call.cwd), "WebFetch", "WebSearch"]
     if call.profile == "write":
         allow += [abs_rule("Edit", call.cwd), "Bash"]
+    allow = [a for a in allow if a.split("(")[0] in tools]
     settings = {"permissions": {"deny": deny_rules(call.state_dir, call.user_home, call.secret_files)}}
     out = [call.bin, "-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
            "--permission-mode", "dontAsk", "--setting-sources=",
@@ -91,6 +95,8 @@ def argv(call: ClaudeCall) -> list[str]:
            "--max-budget-usd", f"{call.max_usd:.4f}"]
     if allow:
         out += ["--allowedTools", ",".join(allow)]
+    if call.disallowed:
+        out += [f"--disallowedTools={','.join(call.disallowed)}"]     # one word: a value never reads as a flag
     if call.model:
         out += ["--model", call.model]
     if call.effort:

@@ -60,7 +60,7 @@ class ClaudeEngine(EngineBase):
         call = claude.ClaudeCall(bin=engine.bin, cwd=job.cwd, profile=job.profile, model=job.model,
                                  effort=job.effort, schema=job.schema, max_usd=job.max_usd,
                                  state_dir=str(self.cfg.state_dir), user_home=os.path.expanduser("~"),
-                                 secret_files=list(job.secret_files))
+                                 secret_files=list(job.secret_files), disallowed=list(job.disallowed_tools))
         door_url = self.door.url if bearer is not None and self.door is not None else None
         key, base_url = (bearer, door_url) if door_url else (job.api_key, engine.baseUrl)
         env = claude.environment(bin_path=engine.bin, home=f"{AGENT_DIR}/home", tmp=f"{AGENT_DIR}/tmp",

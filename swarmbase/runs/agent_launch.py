@@ -90,7 +90,7 @@ class AgentLauncher:
                        secret_files=tuple(p for p in [live.caller.apiKeyFile, str(self.env.cfg.path)] if p),
                        extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else (),
                        state_dirs=state_dirs, cwd_roots=roots, caller_paths=caller_paths,
-                       network=tuple(live.caller.network))
+                       network=tuple(live.caller.network), disallowed_tools=o.disallowed_tools)
         try:
             return await self._turns(live, a, job)
         finally:

@@ -26,7 +26,10 @@ EFFORTS = ("low", "medium", "high", "xhigh", "max")
 # then SwarmBase's own.
 KNOWN = ("label", "phase", "schema", "model", "effort", "isolation", "agentType",
          "profile", "maxUsd", "maxTokens", "cwd", "timeoutMs", "engine", "base", "detail", "schemaRetries",
-         "placement")
+         "placement", "disallowedTools")
+# Tools per profile, for `disallowedTools`: a profile whose every own tool is disallowed runs
+# as the profile below it (a write agent without Edit, Write and Bash is a read agent).
+PROFILE_OWN_TOOLS = {"read": ("Read", "Grep", "Glob"), "write": ("Edit", "Write", "Bash")}
 # Claude Code's built-in agent types a headless session offers (2.1.328). The read-only
 # ones get at most the read profile here.
 AGENT_TYPES = {"general-purpose": None, "Explore": "read", "Plan": "read"}
@@ -57,11 +60,17 @@ class AgentOptions:
     placement: str = "local"   # where the CLI runs; not part of the journal key
     phase: str | None = None   # the progress group it is filed under; not part of the key
     agent_type: str | None = None
+    # Options Claude Code's runtime takes that SwarmBase ignores (each said once in the run log,
+    # with a "did you mean" for a near miss), and the tools the agent must not have.
+    ignored: tuple[str, ...] = ()
+    disallowed_tools: tuple[str, ...] = ()
 
     def key_material(self, prompt: str, args_digest: str, workflow: str | None = None) -> str:
         """The content key of this call (before its occurrence index); a nested workflow's
         agents carry its path."""
         extra: JsonObject = {"isolation": self.isolation, "base": self.base} if self.isolation else {}
+        if self.disallowed_tools:
+            extra["disallowedTools"] = sorted(self.disallowed_tools)
         if self.agent_type is not None:
             extra["agentType"] = self.agent_type
         return journal.base_key(engine=self.engine, model=self.model, profile=self.profile, effort=self.effort,
@@ -107,6 +116,12 @@ def model_allowed(model: str, patterns: list[str] | None) -> bool:
     return patterns is None or any(fnmatch.fnmatchcase(model, p) for p in patterns)
 
 
+def ignored_option(name: str, known: tuple[str, ...]) -> str:
+    """How the run log names an ignored option: `'retries'`, or `'modle' (did you mean 'model'?)`."""
+    near = difflib.get_close_matches(name, known, n=1, cutoff=0.6) or [k for k in known if k.lower() == name.lower()]
+    return f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+
+
 def unknown_option(what: str, name: Json, known: tuple[str, ...]) -> str:
     """The refusal of an unknown option, with a "did you mean" for a near miss."""
     text = str(name)[:100]
@@ -128,9 +143,9 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
         raise OptionError("agent(): the prompt must be a non-empty string")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise OptionError(f"agent(): the prompt is {len(prompt):,} characters; the limit is {MAX_PROMPT_CHARS:,}")
-    unknown = [k for k in opts if k not in KNOWN]
-    if unknown:
-        raise OptionError(unknown_option("agent()", unknown[0], KNOWN))
+    # As Claude Code's runtime does, an option it does not know is ignored, not refused (a
+    # public script's `retries: 0` must run); the run log says so (agents.py).
+    ignored = tuple(ignored_option(str(k)[:100], KNOWN) for k in opts if k not in KNOWN)
     engine = opts.get("engine", DEFAULT_ENGINE)
     if not any(cfg.engines.configured(e) for e in ENGINES):
         # Said first: "engine 'claude' is not allowed (allowed: none)" sent people to the
@@ -181,6 +196,13 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
     if type_ceiling and PROFILES.index(profile) > PROFILES.index(type_ceiling):
         raise OptionError(f"agent(): agentType {agent_type!r} is read-only; profile {profile!r} is above "
                           f"{type_ceiling!r}")
+    disallowed = opts.get("disallowedTools")
+    if disallowed is not None:
+        if not isinstance(disallowed, list) or not all(isinstance(t, str) and 0 < len(t) <= 200 for t in disallowed):
+            raise OptionError("agent(): opts.disallowedTools must be an array of tool names")
+        disallowed = tuple(dict.fromkeys(disallowed))
+        while profile in PROFILE_OWN_TOOLS and set(PROFILE_OWN_TOOLS[profile]) <= set(disallowed):
+            profile = PROFILES[PROFILES.index(profile) - 1]
     schema = opts.get("schema")
     if schema is not None:
         _type("schema", schema, dict, "a JSON Schema object")
@@ -250,7 +272,7 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
                         max_usd=float(max_usd) if max_usd is not None else None, max_tokens=max_tokens,
                         cwd=cwd, label=label[:200], timeout_ms=timeout_ms, isolation=isolation, base=base,
                         detail=detail, schema_retries=retries, placement=placement, phase=phase,
-                        agent_type=agent_type)
+                        agent_type=agent_type, ignored=ignored, disallowed_tools=disallowed or ())
 
 
 def object_root(schema: JsonObject) -> None:

@@ -88,6 +88,11 @@ class Agents:
             return Ticket(n=n, error=str(e))
         except (ValueError, TypeError, RecursionError) as e:   # hostile shapes: never take the run down
             return Ticket(n=n, error=f"agent(): invalid options ({type(e).__name__})")
+        if o.ignored:
+            # Claude Code's runtime ignores options it does not know; so do we, saying so once.
+            live.record_log(f"agent {n} ({o.label}): ignored option{'s' if len(o.ignored) > 1 else ''} "
+                            f"{', '.join(o.ignored)}: SwarmBase does not know "
+                            f"{'them' if len(o.ignored) > 1 else 'it'}", "warn")
         key = scope.keys.key(o.key_material(prompt, scope.args_digest, workflow=path or None))
         if key not in live.replay and n <= self.cfg.maxAgentsPerRun:
             live.slots.register(n)

@@ -253,7 +253,7 @@ def save(state_dir: Path, caller: str, name: str, script: str) -> Path:
     # mode= applies to the leaf only: workflows/ itself would get the umask's 0755 and list
     # every caller's name, so it is made (and kept) private first.
     top = d.parent
-    top.mkdir(exist_ok=True, mode=0o700)
+    top.mkdir(parents=True, exist_ok=True, mode=0o700)   # parents: a state dir not made yet (tests, tools)
     top.chmod(0o700)
     d.mkdir(exist_ok=True, mode=0o700)
     path = d / f"{name}.js"
