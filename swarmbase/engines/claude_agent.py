@@ -55,7 +55,7 @@ class ClaudeEngine(EngineBase):
                                  api_key=job.api_key, base_url=engine.baseUrl, run_id=job.run_id, n=job.n,
                                  label=job.label, parent_env=self.parent_env)
         search = env["PATH"]
-        return LaunchSpec(argv=tuple(claude.argv(call)), env=env, cwd=job.cwd, key=job.key,
+        return LaunchSpec(argv=tuple(claude.argv(call)), env=env, cwd=job.cwd, key=job.key, owner=job.caller,
                           files={"prompt.txt": job.prompt.encode()}, stdin_file="prompt.txt",
                           read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
                           write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,
