@@ -75,7 +75,7 @@ async def through_daemon(mode: str, api_url: str, n: int, nursery: trio.Nursery)
 
 async def git_calls(n: int) -> tuple[list[float], list[float]] | None:
     try:
-        from swarmbase.identity import adopt_tree, resolve
+        from swarmbase.identity import adopt_tree
         from swarmbase.runs.git_sandbox import SandboxedGit
     except ImportError:
         return None                              # the tree before issue 20: git ran unsandboxed
@@ -85,8 +85,9 @@ async def git_calls(n: int) -> tuple[list[float], list[float]] | None:
     for args in (["init", "-q", str(repo)], ["-C", str(repo), "-c", "user.name=b", "-c", "user.email=b@b",
                                               "commit", "-q", "--allow-empty", "-m", "x"]):
         subprocess.run(["git", *args], check=True)
-    adopt_tree(resolve(None), repo)
-    git = SandboxedGit(LocalLauncher(mode="bwrap", homes=tmp / "homes", procs=tmp / "procs"))
+    launcher = LocalLauncher(mode="bwrap", homes=tmp / "homes", procs=tmp / "procs")
+    adopt_tree(launcher.user_for(None), repo)       # git of no caller: the range's own uid
+    git = SandboxedGit(launcher)
     common = str(repo / ".git")
     sandboxed, direct = [], []
     for _ in range(n):
@@ -127,7 +128,7 @@ async def command_lines(n: int) -> dict[str, list[float]]:
         t = time.perf_counter()
         pinned = pin(key="k", cwd=str(cwd), read=[str(cwd)], write=[], private=None, forbidden=[])
         sfd = seccomp.program_fd("strict")
-        c = Confinement(cwd=str(cwd), read=(str(cwd),), fds=pinned.fds, seccomp_fd=sfd, user=resolve(None))
+        c = Confinement(cwd=str(cwd), read=(str(cwd),), fds=pinned.fds, seccomp_fd=sfd, user=resolve("nobody"))
         try:
             await trio.run_process(bwrap_argv(layout, c) + ["/usr/bin/true"], pass_fds=c.passed_fds())
         finally:
@@ -154,7 +155,7 @@ async def before_after(tree: str, api_url: str, n: int, nursery: trio.Nursery) -
 async def main(n: int, n_agents: int, before: str | None = None) -> None:
     try:
         from swarmbase.identity import resolve
-        user = resolve(None)
+        user = resolve("nobody")
         print(f"children run as: {user.describe() if user else 'the daemon user'} "
               f"(daemon uid {os.geteuid()}); confinement: user namespace, no capabilities, seccomp")
     except ImportError:

@@ -179,7 +179,9 @@ class Config:
     # Every child (runners, agents) runs inside bubblewrap unless "none".
     sandbox: Optional[Literal["bwrap", "none"]] = _f("sandbox", None)
     homesDir: Optional[str] = _f("homesDir", None)
-    # Who children run as when the daemon is root (a name, or uid[:gid]); default "nobody".
+    # When the daemon is root: the uids it gives callers, one each (identity.py); or, the
+    # older setting, one user (a name, or uid[:gid]) every caller's children share.
+    sandboxUids: Optional[str] = _f("sandboxUids", None)
     sandboxUser: Optional[str] = _f("sandboxUser", None)
     runnerMemoryMb: int = _f("runnerMemoryMb", 512, lo=64, hi=65_536)
     runnerCpuSeconds: int = _f("runnerCpuSeconds", 600, lo=1, hi=86_400)
@@ -311,12 +313,16 @@ def _sandbox_checks(cfg: Config, search_path: str | None) -> Config:
     if mode == "bwrap" and not shutil.which("bwrap", path=search_path):
         raise ConfigError('sandbox: "bwrap" (the default) but bubblewrap is not installed; install it '
                           '(Debian/Ubuntu: apt-get install bubblewrap) or set "sandbox": "none"')
+    if cfg.sandboxUser is not None and cfg.sandboxUids is not None:
+        raise ConfigError("sandboxUser and sandboxUids both set: sandboxUids gives each caller a uid of its own, "
+                          "sandboxUser one shared user; keep one (sandboxUids is the safer)")
     try:
-        user = identity.resolve(cfg.sandboxUser)
+        identity.resolve(cfg.sandboxUser)
+        identity.UidRange.parse(cfg.sandboxUids or identity.DEFAULT_UIDS)
     except identity.IdentityError as e:
         raise ConfigError(str(e)) from None
-    if mode == "bwrap" and user is not None and not shutil.which("setpriv", path=search_path):
-        raise ConfigError("the daemon runs as root, and dropping to the sandbox user needs setpriv "
+    if mode == "bwrap" and os.geteuid() == 0 and not shutil.which("setpriv", path=search_path):
+        raise ConfigError("the daemon runs as root, and dropping to each caller's uid needs setpriv "
                           "(util-linux), which is not installed")
     homes = expand(cfg.homesDir) if cfg.homesDir else os.path.abspath(cfg.state_dir / "homes")
     if not os.path.isabs(homes):

@@ -24,7 +24,7 @@ import trio
 from quart import Response, websocket
 from quart_trio import QuartTrio
 
-from . import live_reload
+from . import identity, live_reload
 from .config import Config, key_file_problems
 from .engines.base import Engine
 from .engines.claude_agent import ClaudeEngine
@@ -105,7 +105,9 @@ def build_services(cfg: Config, agents: AgentService | None = None,
     for secret in caller_secrets(cfg):
         env.redact.add(secret)
     launcher = LocalLauncher(mode=cfg.sandbox_mode, homes=cfg.homes_dir, procs=cfg.state_dir / "procs",
-                             forbidden=[cfg.state_dir, cfg.homes_dir], sandbox_user=cfg.sandboxUser)
+                             forbidden=[cfg.state_dir, cfg.homes_dir], sandbox_user=cfg.sandboxUser,
+                             identities=identity.Identities(cfg.state_dir / identity.ALLOCATIONS,
+                                                            identity.UidRange.parse(cfg.sandboxUids or identity.DEFAULT_UIDS)))
     ray = None
     others: dict[str, Launcher] = {}
     if cfg.placement.ray is not None:
@@ -249,10 +251,13 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
     # Never run a child with privilege silently: a host without user namespaces (or
     # libseccomp) stops the daemon here, naming the cause.
     await services.launcher.self_check()
-    who = services.launcher.user
     if cfg.sandbox_mode == "bwrap":
-        log.info("children run sandboxed as %s, without capabilities",
-                 who.describe() if who is not None else "the daemon's user")
+        log.info("children run sandboxed as %s, without capabilities", services.launcher.describe_users())
+    if services.launcher.identities is not None:
+        # Allocated now, not at a caller's first agent: the operator can chown its roots
+        # to the uid this line (and identities.json) names before anything runs.
+        for c in cfg.callers:
+            log.info("caller %s: children run as uid %d", c.name, services.launcher.identities.user_for(c.name).uid)
     for name, problem in key_file_problems(cfg):
         log.error("caller %s: %s; that caller's runs are refused until it is fixed, the others are served",
                   name, problem)
@@ -261,7 +266,8 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))
     # Worktrees a dead daemon left registered in users' repositories (issue 25).
     sup = services.supervisor
-    await worktrees.recover([services.store.dir(r) for r in sup.runs.values()], git=SandboxedGit(services.launcher))
+    await worktrees.recover([(services.store.dir(r), r.caller) for r in sup.runs.values()],
+                            git=SandboxedGit(services.launcher))
     stop = trio.Event() if stop is None else stop
     app = make_app(services)
     # Off unless telemetry.otlpEndpoint or OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set; only

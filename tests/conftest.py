@@ -74,11 +74,13 @@ def browser() -> Iterator[Any]:
         yield driver
 
 
-def give_to_sandbox(path: Path) -> Path:
-    """A tree the test made (as root, in CI) handed to the sandbox user, as an operator
-    gives a caller's cwdRoot to it: agents and worktree git write only what it may write."""
-    user = identity.resolve(None)
-    if user is not None:
+def give_to_sandbox(path: Path, state: Path, caller: str = "alice") -> Path:
+    """A tree the test made (as root, in CI) handed to the caller's uid, as an operator
+    gives a caller's cwdRoot to it (its uid allocated ahead in the state dir, as the
+    daemon's start-up does): agents and worktree git write only what that uid may write."""
+    if os.geteuid() == 0:
+        user = identity.Identities(state / identity.ALLOCATIONS, identity.UidRange.parse(identity.DEFAULT_UIDS)
+                                   ).user_for(caller)
         for p in [path, *path.rglob("*")]:
             os.chown(p, user.uid, user.gid, follow_symlinks=False)
     return path

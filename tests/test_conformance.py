@@ -55,13 +55,13 @@ def _project(roots: Path) -> Path:
     return proj
 
 
-def _sandbox_clone(proj: Path) -> Path:
+def _sandbox_clone(proj: Path, state: Path) -> Path:
     """The same repository for SwarmBase's worktrees, owned by its sandbox user: a root
     daemon's worktree git writes it as that user, and the peer (root here) refuses a
     checkout it does not own ("its git identity could not be verified")."""
     clone = proj.with_name(proj.name + "-sandboxed")
     subprocess.run(["git", "clone", "-q", str(proj), str(clone)], check=True, capture_output=True)
-    return give_to_sandbox(clone)
+    return give_to_sandbox(clone, state, "peer")
 
 
 def _prepared(case: Case, script_file: Path) -> dict[str, Any]:
@@ -83,7 +83,7 @@ async def _conform(base: Path) -> dict[str, Any]:
         model = await n.start(DeterministicModel().serve)
         async with swarmbase_daemon(base, model.url) as sb:
             proj = _project(sb.roots)
-            sb_repo = _sandbox_clone(proj)
+            sb_repo = _sandbox_clone(proj, sb.state)
             peer = ClaudeCodePeer(model, base / "peer-home", proj)
             for name, text in SAVED.items():
                 peer.save_workflow(f"{name}.js", text)

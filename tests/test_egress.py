@@ -112,7 +112,7 @@ async def test_a_process_reaches_its_doors_and_nothing_else(tmp_path: Path, kind
     if kind == "userns":
         # "userns" is how a daemon that is not root makes namespaces; such a daemon has no
         # sandbox user to drop to (its children run as itself), so none here either.
-        launcher.user = None
+        launcher.identities = None
     probe = (f"readlink /proc/self/ns/net; cat /etc/hosts; "
              f"for u in http://127.0.0.1:{ap}/ http://127.0.0.1:{op}/ http://listed.invalid:9/ http://other.invalid/; "
              f"do curl -sS -m 20 $u 2>&1; echo \" rc=$? $u\"; done")
@@ -154,7 +154,7 @@ async def test_a_door_on_a_lan_address(tmp_path: Path, kind: str, monkeypatch: p
     if kind == "userns":
         # "userns" is how a daemon that is not root makes namespaces; such a daemon has no
         # sandbox user to drop to (its children run as itself), so none here either.
-        launcher.user = None
+        launcher.identities = None
     spec = LaunchSpec(argv=("/bin/sh", "-c", "curl -sS -m 20 http://10.9.8.7/ 2>&1; echo \" rc=$?\""),
                       env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path), key="k", read=(str(tmp_path),),
                       egress=(Endpoint("10.9.8.7", 80),))
@@ -282,7 +282,7 @@ async def test_doors_work_for_a_child_without_privilege(tmp_path: Path, kind: st
     if kind == "userns":
         # "userns" is how a daemon that is not root makes namespaces; such a daemon has no
         # sandbox user to drop to (its children run as itself), so none here either.
-        launcher.user = None
+        launcher.identities = None
     probe = (f"id -u; grep CapEff /proc/self/status; curl -sS -m 20 http://127.0.0.1:{tp}/; echo; "
              "curl -sS -m 20 http://api.invalid:443/ 2>/dev/null; echo \"rc=$?\"; "
              "ip link set lo down 2>/dev/null; echo \"lo-down=$?\"")
@@ -295,7 +295,7 @@ async def test_doors_work_for_a_child_without_privilege(tmp_path: Path, kind: st
             await launcher.run(spec, lambda line: lines.append(line.decode()) and False)
             n.cancel_scope.cancel()
     target.close()
-    assert lines[:3] == [str(launcher.user.uid if launcher.user else os.geteuid()), "CapEff:\t0000000000000000", "door"], lines
+    assert lines[:3] == [str(u.uid if (u := launcher.user_for(None)) else os.geteuid()), "CapEff:\t0000000000000000", "door"], lines
     assert lines[3] in ("rc=52", "rc=56"), lines          # api.invalid:443 has its door (the relay cannot resolve it)
     assert lines[4] != "lo-down=0", lines
 

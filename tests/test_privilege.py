@@ -49,20 +49,20 @@ def setup(tmp_path: Path, api: FakeAnthropic, **extra: Any) -> tuple[Path, str, 
     key.chmod(0o600)
     roots = tmp_path / "roots"
     roots.mkdir()
-    give_to_sandbox(roots)
+    give_to_sandbox(roots, state)
     path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": str(CLAUDE), "baseUrl": api.url}},
                                 caller_extra={"apiKeyFile": str(key), "maxProfile": "write", "runUsdMax": 100,
                                               "cwdRoots": [str(roots)]}, **extra)
     return path, tokens["alice"], roots
 
 
-def make_repo(path: Path) -> None:
+def make_repo(path: Path, state: Path) -> None:
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main")
     (path / "README").write_text("the caller's checkout\n")
     git(path, "add", "-A")
     git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
-    give_to_sandbox(path)
+    give_to_sandbox(path, state)
 
 
 async def run_script(ws: str, token: str, script: str, timeout: float = 150, **params: Any) -> Any:
@@ -106,7 +106,7 @@ async def test_a_write_agents_shell_has_no_privilege(tmp_path: Path, claude_bin:
 async def test_worktree_git_runs_nothing_an_agent_planted(tmp_path: Path, claude_bin: str, api: FakeAnthropic) -> None:
     path, token, roots = setup(tmp_path, api)
     repo = roots / "repo"
-    make_repo(repo)
+    make_repo(repo, path.parent)
     markers = tmp_path / "markers"          # where git running as the daemon could write
     markers.mkdir()
     evil = lambda tag: f"#!/bin/sh\\ntouch {markers}/{tag} {repo}/.git/{tag}-in-repo\\ncat\\n"   # noqa: E731
@@ -149,7 +149,7 @@ async def test_a_cwd_swapped_for_a_symlink_while_its_agent_waits_is_refused(tmp_
     (state / "admin" / "sessions").mkdir(parents=True, mode=0o700)
     for name in ("x", "y", "z"):
         (roots / name).mkdir()
-    give_to_sandbox(roots)
+    give_to_sandbox(roots, state)
     probe = json.dumps("[[bash:ls -la; touch planted-by-waiting-agent; echo WAITER-RAN]]")
 
     def script(swap: str, waiters: list[str], max_usd: tuple[str, str] = ("", "")) -> str:
@@ -181,7 +181,7 @@ async def test_kill_9_with_worktree_agents_then_restart_leaves_no_worktree(tmp_p
                                                                           api: FakeAnthropic) -> None:
     path, token, roots = setup(tmp_path, api)
     repo = roots / "repo"
-    make_repo(repo)
+    make_repo(repo, path.parent)
     write = "[[bashhang:echo partial > partial.txt && echo wrote]]"
     script = (f"return await parallel([1, 2].map(() => () => agent({json.dumps(write)}, "
               f"{{profile: 'write', cwd: {json.dumps(str(repo))}, isolation: 'worktree'}})))")

@@ -24,7 +24,7 @@ NOBODY = SandboxUser(uid=65534, gid=65534, name="nobody")
 
 def test_the_sandbox_user_is_never_root() -> None:
     assert identity.resolve(None, euid=1000) is None                 # a plain daemon: its own user
-    assert identity.resolve(None, euid=0).uid != 0                   # root: nobody by default
+    assert identity.resolve(None, euid=0) is None                    # root: no shared user unless named
     assert identity.resolve("4242:4343", euid=0) == SandboxUser(uid=4242, gid=4343,
                                                                 name=identity.resolve("4242:4343", euid=0).name)
     for bad in ("root", "0", "0:5", "5:0"):
@@ -32,6 +32,43 @@ def test_the_sandbox_user_is_never_root() -> None:
             identity.resolve(bad, euid=0)
     with pytest.raises(identity.IdentityError, match="no user named"):
         identity.resolve("no-such-user-here", euid=0)
+
+
+def test_each_caller_gets_a_uid_of_its_own_that_survives_a_restart(tmp_path: Path) -> None:
+    r = identity.UidRange.parse("600000-600002")
+    path = tmp_path / identity.ALLOCATIONS
+    ids = identity.Identities(path, r)
+    alice, bob = ids.user_for("alice"), ids.user_for("bob")
+    assert (alice.uid, alice.gid, bob.uid) == (600001, 600001, 600002)      # the first is the daemon's own
+    assert ids.runner().uid == 600000 and ids.user_for("alice") == alice
+    assert path.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(identity.IdentityError, match="is full"):
+        ids.user_for("carol")
+    again = identity.Identities(path, r)                                    # a restart: the same uids
+    assert again.user_for("bob").uid == 600002 and again.user_for("alice").uid == 600001
+    again.check()
+    with pytest.raises(identity.IdentityError, match="outside sandboxUids"):
+        identity.Identities(path, identity.UidRange.parse("700000-700999")).check()
+    for bad in ("600000", "5-6000", "600000-600000", "x-y", "1000-4294967295"):
+        with pytest.raises(identity.IdentityError, match="sandboxUids"):
+            identity.UidRange.parse(bad)
+
+
+def test_a_range_that_someone_uses_is_refused(tmp_path: Path) -> None:
+    r = identity.UidRange.parse("600000-600999")
+    assert identity.range_conflicts(r, [("www", 33), ("x", 600005)], [("g", 600999), ("h", 601000)]) == \
+        ["user x (600005)", "group g (600999)"]
+    if os.geteuid() != 0:
+        return                     # chown to another uid needs root (CI runs as root)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "theirs").mkdir()
+    os.chown(shared / "theirs", 600007, 600007)
+    (shared / "alices").mkdir()
+    os.chown(shared / "alices", 600001, 600001)
+    assert identity.squatters(r, [600001], dirs=[str(shared)]) == [f"{shared}/theirs (uid 600007)"]
+    assert identity.squatters(r, [600001, 600007], dirs=[str(shared)]) == []
+    identity.check_range(r, [])          # this host: no account in the default range
 
 
 def test_a_plain_daemon_gets_one_unprivileged_stage() -> None:

@@ -93,7 +93,7 @@ async def test_a_write_agent_makes_no_setid_file_and_a_planted_one_grants_nothin
         # Planted from outside: a setuid copy of id(1), owned by the daemon's user (root in CI).
         shutil.copy("/usr/bin/id", roots / engine / "planted-id")
         (roots / engine / "planted-id").chmod(0o4755)
-    give_to_sandbox(roots)
+    give_to_sandbox(roots, state)
     for engine in ("claude", "codex"):
         os.chown(roots / engine / "planted-id", os.geteuid(), os.getegid())
         (roots / engine / "planted-id").chmod(0o4755)      # chown clears the bit

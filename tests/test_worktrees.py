@@ -15,7 +15,7 @@ from .conftest import CLAUDE, agent_json, engine_daemon, git, give_to_sandbox, r
 from .fakes.anthropic_api import FakeAnthropic
 
 
-def make_repo(path: Path) -> str:
+def make_repo(path: Path, state: Path) -> str:
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main")
     (path / "README").write_text("the caller's checkout\n")
@@ -23,7 +23,7 @@ def make_repo(path: Path) -> str:
     (path / "src" / "a.txt").write_text("a\n")
     git(path, "add", "-A")
     git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
-    give_to_sandbox(path)
+    give_to_sandbox(path, state)
     return git(path, "rev-parse", "HEAD")
 
 
@@ -33,7 +33,7 @@ async def test_three_parallel_worktree_writers(tmp_path: Path, nursery: trio.Nur
                               engines={"claude": {"bin": str(CLAUDE), "baseUrl": api.url}},
                               caller_extra={"maxProfile": "write"})
     repo = tmp_path / "roots" / "repo"
-    head = make_repo(repo)
+    head = make_repo(repo, env.state)
     (tmp_path / "roots" / "plain").mkdir()
     (tmp_path / "roots" / "empty").mkdir()
     git(tmp_path / "roots" / "empty", "init", "-q")

@@ -67,7 +67,7 @@ class ClaudeEngine(EngineBase):
                                  api_key=key, base_url=base_url, run_id=job.run_id, n=job.n, label=job.label,
                                  parent_env=self.parent_env, gateway=engine.baseUrl is not None)
         search = env["PATH"]
-        return LaunchSpec(argv=tuple(claude.argv(call)), env=env, cwd=job.cwd, key=job.key,
+        return LaunchSpec(argv=tuple(claude.argv(call)), env=env, cwd=job.cwd, key=job.key, owner=job.caller,
                           files={"prompt.txt": job.prompt.encode()}, stdin_file="prompt.txt",
                           read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
                           write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,

@@ -90,6 +90,7 @@ class CodexEngine(EngineBase):
         if self.node:
             read.append(os.path.dirname(os.path.realpath(self.node)))
         return LaunchSpec(argv=tuple(codex.exec_argv(call, schema_file)), env=env, cwd=job.cwd, key=job.key,
+                          owner=job.caller,
                           files=files, dirs=("home", "tmp", "codex-home"), stdin_file="prompt.txt",
                           read=tuple(read), write=(job.cwd, *job.extra_write) if profile == "write" else (),
                           network=True, egress=job.egress(url_endpoint(self.meter.url), profile),

@@ -3,9 +3,9 @@ group, recorded for the boot reaper, read line by line under an idle watchdog.
 
 Right before each start (after every wait an agent had) its paths are pinned as open
 directories and checked where they really are (pins.py), and those fds are what the
-sandbox binds; a daemon running as root runs the child as the sandbox user, and the
-dirs it makes for the child (the private dir, and what `adopt` is given) become that
-user's (identity.py).
+sandbox binds; a daemon running as root runs the child as its caller's uid (the spec's
+`owner`), and the dirs it makes for the child (the private dir, and what `adopt` is
+given) become that uid's (identity.py).
 
 Never waits on stdout EOF alone: once the CLI printed its final event (or the leader
 exited) the group gets a short grace and then SIGKILL, so a grandchild holding stdout
@@ -47,7 +47,7 @@ class LocalLauncher(LauncherBase):
     on_daemon_host = True
     def __init__(self, *, mode: str, homes: Path, procs: Path, forbidden: Sequence[Path] = (),
                  layout: HostLayout | None = None, sandbox_user: str | None = None,
-                 netns_kind: str | None = None) -> None:
+                 identities: identity.Identities | None = None, netns_kind: str | None = None) -> None:
         self.mode = mode
         # How agents' namespaces are made (launch/netns.py); None: "thread" if the spawning
         # thread may make one, else "helper" (found out at the first agent).
@@ -58,13 +58,33 @@ class LocalLauncher(LauncherBase):
         # Paths no sandbox may show, not even as part of a parent dir asked for.
         self.forbidden = [os.path.realpath(p) for p in forbidden]
         self.spawned = 0
-        # Who children run as when the daemon is root (None: the daemon's own user).
-        self.user = identity.resolve(sandbox_user)
+        # Who children run as when the daemon is root: each caller's own uid, or the one
+        # shared `sandboxUser` where that older setting is used; neither: the daemon's user.
+        # A root launcher never runs a child as root for want of a setting: without one
+        # given, the allocation lives beside its process records (the state dir's).
+        self.shared = identity.resolve(sandbox_user)
+        self.identities = None
+        if self.shared is None and os.geteuid() == 0:
+            self.identities = identities or identity.Identities(procs.parent / identity.ALLOCATIONS,
+                                                                identity.UidRange.parse(identity.DEFAULT_UIDS))
 
-    def adopt(self, path: str | os.PathLike[str]) -> None:
-        """Make a dir the daemon made for its children (a run's work/, a worktree's
-        checkout) theirs: owned by the sandbox user when the daemon is root."""
-        identity.adopt(self.user, path)
+    def user_for(self, owner: str | None) -> identity.SandboxUser | None:
+        if self.shared is not None or self.identities is None:
+            return self.shared
+        return self.identities.user_for(owner) if owner is not None else self.identities.runner()
+
+    def adopt(self, path: str | os.PathLike[str], owner: str | None) -> None:
+        """Make a dir the daemon made for `owner`'s children (a run's work/, a worktree's
+        checkout) theirs: owned by that caller's uid when the daemon is root."""
+        identity.adopt(self.user_for(owner), path)
+
+    def describe_users(self) -> str:
+        """Who children run as, for the start-up log line."""
+        if self.shared is not None:
+            return f"{self.shared.describe()}, shared by every caller (sandboxUser)"
+        if self.identities is not None:
+            return f"a uid of each caller's own from {self.identities.range.describe()} ({self.identities.path})"
+        return "the daemon's user, shared by every caller"
 
     async def self_check(self) -> None:
         """Start one trivial child in the sandbox; SandboxUnavailable naming the cause if the host
@@ -72,8 +92,14 @@ class LocalLauncher(LauncherBase):
         agents with privilege silently."""
         if self.mode == "none":
             return
+        if self.identities is not None:
+            try:
+                self.identities.check()
+            except identity.IdentityError as e:
+                raise SandboxUnavailable(str(e)) from None
         limit = identity.userns_limit()
-        who = self.user.describe() if self.user is not None else "the daemon's user"
+        user = self.user_for(None)
+        who = user.describe() if user is not None else "the daemon's user"
         if limit == 0:
             raise SandboxUnavailable("the sandbox needs user namespaces, and /proc/sys/user/max_user_namespaces "
                                      "is 0 on this host: allow them, or set \"sandbox\": \"none\" (agents then "
@@ -115,7 +141,7 @@ class LocalLauncher(LauncherBase):
         if self.mode == "none":
             return conf
         data = tuple((_memfd(body), path) for path, body in spec.overlays.items())
-        return attrs.evolve(conf, fds=dict(pinned.fds), data=data, nesting=spec.nesting, user=self.user,
+        return attrs.evolve(conf, fds=dict(pinned.fds), data=data, nesting=spec.nesting, user=self.user_for(spec.owner),
                             seccomp_fd=seccomp.program_fd("nesting" if spec.nesting else "strict"))
 
     def _prepare(self, spec: LaunchSpec) -> Path | None:
@@ -129,7 +155,7 @@ class LocalLauncher(LauncherBase):
             target = private / rel
             target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fsutil.write_atomic(target, data, durable=False)
-        identity.adopt_tree(self.user, private)
+        identity.adopt_tree(self.user_for(spec.owner), private)
         return private
 
     @asynccontextmanager

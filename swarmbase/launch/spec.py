@@ -47,6 +47,9 @@ class LaunchSpec:
     cwd_roots: tuple[str, ...] = ()
     caller_paths: tuple[str, ...] = ()
     nesting: bool = False                      # the process builds a sandbox of its own (codex)
+    # The caller whose child this is: a root daemon runs it as that caller's uid
+    # (identity.py); None: a child of no caller (a spare runner, the self-check).
+    owner: str | None = None
     overlays: Mapping[str, bytes] = attrs.field(factory=dict)  # read-only files laid over these paths
     # With network: the only host:port it may reach (launch/egress.py); None: the host's
     # whole network. A launcher without network namespaces (a Ray node, sandbox "none")
@@ -120,16 +123,16 @@ class ProcessOpener(Protocol):
     def procs(self) -> Path:
         """Where its process records are (one per live group, for the boot reaper)."""
 
-    @property
-    def user(self) -> SandboxUser | None:
-        """Who its children run as (None: the daemon's own user)."""
+    def user_for(self, owner: str | None) -> SandboxUser | None:
+        """Who a child of `owner` (a caller's name; None: no caller) runs as (None: the
+        daemon's own user)."""
 
     def open(self, spec: LaunchSpec, *, stdin: int | None = None, stdout: int | None = subprocess.PIPE,
              stderr: int | None = None, grace: float = 1.0) -> AbstractAsyncContextManager[Child]:
         """The process, killed as a group when the context ends."""
 
-    def adopt(self, path: str | os.PathLike[str]) -> None:
-        """Make a dir the daemon made for its children theirs."""
+    def adopt(self, path: str | os.PathLike[str], owner: str | None) -> None:
+        """Make a dir the daemon made for `owner`'s children theirs."""
 
 
 class LocalPlacement(Launcher, ProcessOpener, Protocol):

@@ -8,6 +8,7 @@ work dir): the event loop serves every other agent and viewer meanwhile.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -72,11 +73,12 @@ class AgentLauncher:
             state_dirs = (cwd,)
         caller_paths: tuple[str, ...] = (cwd,) if o.cwd else ()
         wt = None
+        git = self.git.for_caller(run.caller)
         if o.isolation == "worktree":
             try:
                 wt = await worktrees.create(cwd, self.env.store.dir(run) / "worktrees", run.id, rec.n, o.base,
-                                            git=self.git, roots=roots or state_dirs, keep=self.env.keeps_work(run),
-                                            adopt=self.opener.adopt)
+                                            git=git, roots=roots or state_dirs, keep=self.env.keeps_work(run),
+                                            adopt=functools.partial(self.opener.adopt, owner=run.caller))
             except worktrees.WorktreeError as e:
                 raise AgentCallError(str(e)) from None
             cwd = wt.cwd
@@ -90,7 +92,8 @@ class AgentLauncher:
                        secret_files=tuple(p for p in [live.caller.apiKeyFile, str(self.env.cfg.path)] if p),
                        extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else (),
                        state_dirs=state_dirs, cwd_roots=roots, caller_paths=caller_paths,
-                       network=tuple(live.caller.network), disallowed_tools=o.disallowed_tools)
+                       network=tuple(live.caller.network), disallowed_tools=o.disallowed_tools,
+                       caller=run.caller)
         try:
             return await self._turns(live, a, job)
         finally:
@@ -98,16 +101,16 @@ class AgentLauncher:
                 with trio.CancelScope(shield=True):
                     try:
                         rec.branch = await worktrees.finish(wt, rec.n, rec.label, keep=self.env.keeps_work(run),
-                                                            git=self.git)
+                                                            git=git)
                     except worktrees.WorktreeError as e:
                         log.error("agent %s/%d: its worktree could not be committed: %s", run.id, rec.n, e)
                         rec.branch = {"branch": wt.branch, "commit": None, "error": str(e)}
 
     def _own_work_dir(self, run: Run) -> str:
-        """The run's work dir, made if new and handed to the sandbox user (in a thread)."""
+        """The run's work dir, made if new and handed to the caller's uid (in a thread)."""
         cwd = os.path.realpath(self.env.store.work_dir(run))
         os.makedirs(cwd, exist_ok=True)
-        self.opener.adopt(cwd)
+        self.opener.adopt(cwd, run.caller)
         return cwd
 
     async def _turns(self, live: LiveRun, a: Launch, job: AgentJob) -> Verdict:

@@ -27,6 +27,7 @@ Measured: one sandboxed git call costs about one bwrap start (see bench/isolatio
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import secrets
@@ -112,9 +113,17 @@ class SandboxedGit:
     """Runs git (or a short sh script of git commands) in the sandbox through the
     launcher, with the repository's config replaced (see the module doc)."""
 
-    def __init__(self, launcher: LocalPlacement, parent_env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, launcher: LocalPlacement, parent_env: Mapping[str, str] | None = None,
+                 owner: str | None = None) -> None:
         self.launcher = launcher
         self.env = environment(os.environ if parent_env is None else parent_env)
+        self.owner = owner              # the caller whose repository it is: git runs as its uid
+
+    def for_caller(self, owner: str) -> "SandboxedGit":
+        """The same git, run as `owner`'s uid (the repository and worktrees are its)."""
+        twin = copy.copy(self)
+        twin.owner = owner
+        return twin
 
     async def run(self, script: str, *, common: str, cwd: str, write: Sequence[str] = (), read: Sequence[str] = (),
                   env: Mapping[str, str] | None = None, state_dirs: Sequence[str] = (),
@@ -130,7 +139,7 @@ class SandboxedGit:
         spec = LaunchSpec(argv=("/bin/sh", "-c", body), env=full_env, cwd=cwd, key=f"git-{secrets.token_hex(6)}",
                           dirs=("home",), read=(cwd, *read), write=(common, *write), network=False,
                           state_dirs=tuple(state_dirs), cwd_roots=tuple(roots), caller_paths=tuple(caller_paths),
-                          overlays=overlays, idle_timeout=300.0, record={"git": True})
+                          overlays=overlays, idle_timeout=300.0, record={"git": True}, owner=self.owner)
         out, err = bytearray(), bytearray()
         try:
             async with self.launcher.open(spec, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -148,8 +157,8 @@ class SandboxedGit:
         if code != 0:
             lines = [ln for ln in err.decode(errors="replace").strip().splitlines() if ln.strip()]
             last = lines[-1] if lines else f"git exited with {code}"
-            if "ermission denied" in last and self.launcher.user is not None:
-                last += (f" (git runs as the sandbox user {self.launcher.user.describe()}: the repository's .git "
-                         "must be writable by it)")
+            user = self.launcher.user_for(self.owner)
+            if "ermission denied" in last and user is not None:
+                last += f" (git runs as {user.describe()}: the repository's .git must be writable by it)"
             raise GitError(last)
         return out.decode(errors="replace")

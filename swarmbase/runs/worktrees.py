@@ -254,12 +254,13 @@ def finished(out: str) -> JsonObject:
     return done
 
 
-async def recover(run_dirs: Iterable[Path], *, git: SandboxedGit) -> int:
+async def recover(run_dirs: Iterable[tuple[Path, str]], *, git: SandboxedGit) -> int:
     """At boot: every worktree a dead daemon left (its record still there) gets what its
     agent wrote committed on its branch, and is removed unless its run keeps work; so no
-    branch stays checked out in the user's repository. Returns how many were cleaned."""
+    branch stays checked out in the user's repository. `run_dirs`: (run dir, its caller),
+    whose uid git runs as. Returns how many were cleaned."""
     cleaned = 0
-    for run_dir in run_dirs:
+    for run_dir, caller in run_dirs:
         root = run_dir / "worktrees"
         if not root.is_dir():
             continue
@@ -282,7 +283,8 @@ async def recover(run_dirs: Iterable[Path], *, git: SandboxedGit) -> int:
                           common=str(info["common"]), branch=str(info["branch"]), base=str(info["base"]),
                           record=str(record), roots=tuple(str(r) for r in info.get("roots") or ()))
             try:
-                done = await finish(wt, n, "left by a daemon that stopped uncleanly", bool(info.get("keep")), git=git)
+                done = await finish(wt, n, "left by a daemon that stopped uncleanly", bool(info.get("keep")),
+                                    git=git.for_caller(caller))
                 log.warning("worktree %s of %s: committed as %s and %s after an unclean stop", wt.branch, wt.repo,
                             done["commit"][:12], "kept" if info.get("keep") else "removed")
                 cleaned += 1
