@@ -40,19 +40,23 @@ def as_uid(uid: int, command: str, dirs: dict[str, int]) -> subprocess.Completed
                           pass_fds=tuple(dirs.values()))
 
 
-def agent_of(pids: list[int], key: str) -> int:
-    """The agent process (the CLI, not the bubblewrap and setpriv that start it, which
-    hand it its environment) whose environment holds `key`."""
+def agent_of(pids: list[int], name: str) -> int:
+    """The agent process of caller `name` (the CLI, not the bubblewrap and setpriv that start
+    it): the one whose stdin, the prompt file, plants `cat-<name>`. (Its environment holds the
+    key door's bearer, not the caller's key: that is test_claude_engine's.)"""
     for pid in pids:
         try:
             program = os.path.basename(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0])
             if program in (b"bwrap", b"setpriv"):
                 continue
-            if f"ANTHROPIC_API_KEY={key}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if not any(e.startswith(b"ANTHROPIC_API_KEY=") for e in environ):
+                continue
+            if f"cat-{name}".encode() in Path(f"/proc/{pid}/fd/0").read_bytes():
                 return pid
         except OSError:
             continue
-    raise AssertionError("no agent process holds the key")
+    raise AssertionError(f"no agent process of {name}")
 
 
 def host_uid(pid: int) -> int:
@@ -105,7 +109,7 @@ async def test_two_callers_agents_run_as_two_uids_that_cannot_reach_each_other(
                 while not both_planted():  # noqa: ASYNC110 (the fake's request log has no event to wait on)
                     await trio.sleep(0.05)
                 pids = descendants(d.proc.pid)
-                agents = {name: agent_of(pids, KEYS[name]) for name in KEYS}
+                agents = {name: agent_of(pids, name) for name in KEYS}
                 running = {name: host_uid(pid) for name, pid in agents.items()}
                 attempts = {}
                 fds = {name: os.open(roots[name], os.O_RDONLY | os.O_DIRECTORY) for name in KEYS}

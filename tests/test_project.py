@@ -23,6 +23,7 @@ KEY = "sk-ant-project-0123456789"
 
 
 def make_project(path: Path, marker: str, repo: bool = True) -> Path:
+    """A project dir under tmp_path/roots, given to alice's uid (tmp_path/state)."""
     path.mkdir(parents=True)
     (path / "marker.txt").write_text(marker + "\n")
     (path / "src").mkdir()
@@ -31,14 +32,16 @@ def make_project(path: Path, marker: str, repo: bool = True) -> Path:
         git(path, "init", "-q", "-b", "main")
         git(path, "add", "-A")
         git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
-    give_to_sandbox(path)
+    state = path.parent.parent / "state"
+    state.mkdir(exist_ok=True)
+    give_to_sandbox(path, state)
     return path
 
 
 async def project_daemon(tmp_path: Path, nursery: trio.Nursery, api_url: str,
                          projects: dict[str, str] | None) -> Env:
     state = tmp_path / "state"
-    state.mkdir(parents=True)
+    state.mkdir(parents=True, exist_ok=True)
     key_file = state / "alice.key"
     key_file.write_text(KEY)
     key_file.chmod(0o600)
