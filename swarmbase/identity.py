@@ -61,7 +61,7 @@ SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/home", "/run/user")
 
 
 class IdentityError(ValueError):
-    """The sandbox user cannot be used; the message says why."""
+    """A sandbox identity (the shared user, the uid range) cannot be used; the message says why."""
 
 
 @attrs.frozen
@@ -112,7 +112,7 @@ def resolve(wanted: str | None, euid: int | None = None) -> SandboxUser | None:
 
 
 def adopt(user: SandboxUser | None, path: str | os.PathLike[str]) -> None:
-    """Hand a daemon-made dir (or file) to the sandbox user; nothing to do when the daemon
+    """Hand a daemon-made dir (or file) to the child's uid; nothing to do when the daemon
     is not root. Never follows a symlink (the path is the daemon's own, but be strict)."""
     if user is not None:
         os.chown(path, user.uid, user.gid, follow_symlinks=False)

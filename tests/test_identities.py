@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,19 @@ async def test_two_callers_agents_run_as_two_uids_that_cannot_reach_each_other(
         text = d.stderr.decode()
     for name in KEYS:
         assert f"caller {name}: children run as uid {uids[name]}" in text, text
+
+
+@pytest.mark.timeout(60)
+async def test_a_range_with_accounts_of_the_machine_stops_the_daemon(tmp_path: Path) -> None:
+    """sandboxUids over an account of /etc/passwd (here nobody's uid): the real daemon
+    stops at start with one line naming it, and never runs a child as that uid."""
+    if os.geteuid() != 0:
+        pytest.fail("per-caller uids need a root daemon (CI runs the suite as root)")
+    path, _ = write_config(tmp_path / "state", callers=["alice"], sandboxUids=f"{NOBODY - 10}-{NOBODY + 10}")
+    env = dict(os.environ, SWARMBASE_CONFIG=str(path))
+    with trio.fail_after(50):
+        done = await trio.run_process([sys.executable, "-m", "swarmbase"], env=env, capture_stderr=True, check=False)
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    assert "cannot start" in err and f"overlaps accounts of this machine: user nobody ({NOBODY})" in err, err
+    assert "Traceback" not in err and "listening" not in err

@@ -15,7 +15,8 @@ or not — never how to confine it. What the sandbox gives, with mode "bwrap":
   of its own with every capability dropped (bwrap --unshare-user --cap-drop ALL), no new
   privileges, a seccomp filter (seccomp.py) loaded from `seccomp_fd`, and no further user
   namespaces (--disable-userns) unless the child builds a sandbox of its own (`nesting`:
-  the codex CLI); a daemon running as root first drops to the sandbox user (`user`);
+  the codex CLI); a daemon running as root first drops to the child's uid (`user`: its
+  caller's, identity.py);
 - every mount nosuid (bubblewrap gives each bind, tmpfs and /proc that flag; the tests
   read it back from /proc/self/mountinfo), so a setuid file put in a root from outside
   grants nothing inside, and the filter stops a child making one (seccomp.py);

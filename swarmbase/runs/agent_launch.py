@@ -56,14 +56,14 @@ class AgentLauncher:
     def __init__(self, env: RunEnv, engines: Mapping[str, Engine], opener: ProcessOpener, git: SandboxedGit) -> None:
         self.env = env
         self.engines = engines
-        self.opener = opener           # hands the run's work dir and worktrees to the sandbox user
+        self.opener = opener           # hands the run's work dir and worktrees to the caller's uid
         self.git = git
 
     async def run(self, live: LiveRun, a: Launch) -> Verdict:
         run, rec, o = live.run, a.rec, a.o
         api_key = await self._read_key(live)
         # A caller's cwd is checked again at launch, under its roots; the run's work/ (and a
-        # worktree) are the daemon's own, handed to the sandbox user.
+        # worktree) are the daemon's own, handed to the caller's uid.
         roots = tuple(live.caller.cwdRoots) if o.cwd else ()
         state_dirs: tuple[str, ...] = ()
         if o.cwd is not None:

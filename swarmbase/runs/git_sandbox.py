@@ -6,7 +6,7 @@ agent controls its worktree (it can replace the `.git` file with a repository of
 and its admin dir under `.git/worktrees/` (HEAD, index, commondir). Git run as the daemon
 on any of that runs the agent's code as the daemon (issue 20: both routes were shown).
 So every git the daemon runs for worktrees:
-- runs inside the sandbox like an agent (the sandbox user when the daemon is root, a
+- runs inside the sandbox like an agent (the caller's uid when the daemon is root, a
   user namespace without capabilities, the seccomp filter, no network), with only the
   repository's `.git` and the one worktree mounted;
 - sees a config the daemon wrote, laid read-only over the repository's (`sanitized`: the
