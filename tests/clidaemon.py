@@ -13,6 +13,8 @@ from typing import Any, AsyncIterator
 import attrs
 import trio
 
+from swarmbase.client import connect
+
 from .conftest import start_cli_daemon, write_config
 from .fakes import fake_claude
 
@@ -94,3 +96,14 @@ async def cli_daemon(cfg_path: Path, env: dict[str, str] | None = None, argv: li
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def run_script(ws: str, token: str, script: str, timeout: float = 150, **params: Any) -> Any:
+    with trio.fail_after(timeout):
+        async with connect(ws, token) as h:
+            await h.handshake()
+            rid = (await h.tool("run", {"script": script, **params}))["structuredContent"]["runId"]
+            notice = await h.wait_notice(f"{rid}:end")
+            res = await h.tool("result", {"runId": rid})
+    text = res["structuredContent"]["text"]
+    return rid, notice, json.loads(text) if text else None

@@ -28,6 +28,8 @@ import trio
 
 from swarmbase.client import connect
 
+from .clidaemon import run_script
+
 from .clidaemon import cli_daemon
 from .conftest import CLAUDE, git, give_to_sandbox, start_cli_daemon, write_config
 from .fakes.anthropic_api import FakeAnthropic
@@ -63,17 +65,6 @@ def make_repo(path: Path, state: Path) -> None:
     git(path, "add", "-A")
     git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
     give_to_sandbox(path, state)
-
-
-async def run_script(ws: str, token: str, script: str, timeout: float = 150, **params: Any) -> Any:
-    with trio.fail_after(timeout):
-        async with connect(ws, token) as h:
-            await h.handshake()
-            rid = (await h.tool("run", {"script": script, **params}))["structuredContent"]["runId"]
-            notice = await h.wait_notice(f"{rid}:end")
-            res = await h.tool("result", {"runId": rid})
-    text = res["structuredContent"]["text"]
-    return rid, notice, json.loads(text) if text else None
 
 
 def bash(command: str) -> str:

@@ -22,7 +22,7 @@ from .clidaemon import cli_daemon
 from .conftest import CLAUDE, CODEX, give_to_sandbox, write_config
 from .fakes.anthropic_api import FakeAnthropic
 from .fakes.responses_api import FakeResponses
-from .test_privilege import run_script
+from .clidaemon import run_script
 
 KEY = "sk-ant-setid-" + secrets.token_hex(12)
 
