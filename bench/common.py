@@ -115,3 +115,16 @@ async def alternated_runs(daemons: dict[str, Daemon], script: str, n: int) -> di
                 await h.wait_notice(f"{rid}:end")
                 out[label].append((time.perf_counter() - t) * 1000)
     return out
+
+
+async def first_line_ms(launcher: Any, spec: Any) -> float:
+    """Milliseconds from `launcher.run(spec, …)` to the child's first line of output (a
+    sandbox's start, when the child prints at once)."""
+    t = time.perf_counter()
+    first: list[float] = []
+
+    def on_line(line: bytes) -> bool:
+        first.append(time.perf_counter())
+        return True
+    await launcher.run(spec, on_line)
+    return (first[0] - t) * 1000

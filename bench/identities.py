@@ -21,24 +21,13 @@ import time
 
 import trio
 
-from common import CLAUDE, start, state_dir, stop, summary, write_config  # noqa: E402
+from common import CLAUDE, first_line_ms, start, state_dir, stop, summary, write_config  # noqa: E402
 from swarmbase import identity
 from swarmbase.client import connect
 from swarmbase.launch.local import LocalLauncher
 from swarmbase.launch.spec import LaunchSpec
 
 from fakes.anthropic_api import FakeAnthropic  # noqa: E402
-
-
-async def first_line(launcher: LocalLauncher, spec: LaunchSpec) -> float:
-    t = time.perf_counter()
-    first: list[float] = []
-
-    def on_line(line: bytes) -> bool:
-        first.append(time.perf_counter())
-        return True
-    await launcher.run(spec, on_line)
-    return (first[0] - t) * 1000
 
 
 async def sandbox_starts(n: int) -> dict[str, list[float]]:
@@ -54,7 +43,7 @@ async def sandbox_starts(n: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {name: [] for name in launchers}
     for _ in range(n):
         for name, launcher in launchers.items():
-            out[name].append(await first_line(launcher, spec))
+            out[name].append(await first_line_ms(launcher, spec))
     return out
 
 

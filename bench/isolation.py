@@ -26,7 +26,7 @@ import time
 
 import trio
 
-from common import CLAUDE, ROOT, alternated_runs, start, state_dir, stop, summary, write_config  # noqa: E402
+from common import CLAUDE, ROOT, alternated_runs, first_line_ms, start, state_dir, stop, summary, write_config  # noqa: E402
 from swarmbase.client import connect
 from swarmbase.launch.local import LocalLauncher
 from swarmbase.launch.spec import LaunchSpec
@@ -43,14 +43,7 @@ async def process_starts(mode: str, n: int) -> list[float]:
                       files={"x": b"1"}, read=(str(tmp),))
     out = []
     for _ in range(n):
-        t = time.perf_counter()
-        first: list[float] = []
-
-        def on_line(line: bytes) -> bool:
-            first.append(time.perf_counter())
-            return True
-        await launcher.run(spec, on_line)
-        out.append((first[0] - t) * 1000)
+        out.append(await first_line_ms(launcher, spec))
     return out
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trio
 
-from common import CLAUDE, start, state_dir, stop, summary, write_config  # noqa: E402
+from common import CLAUDE, first_line_ms, start, state_dir, stop, summary, write_config  # noqa: E402
 from swarmbase.client import connect
 from swarmbase.launch.egress import Endpoint
 from swarmbase.launch.local import LocalLauncher
@@ -64,14 +64,7 @@ async def process_starts(n: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for _ in range(n):
         for name, launcher, spec in runs:
-            t = time.perf_counter()
-            first: list[float] = []
-
-            def on_line(line: bytes) -> bool:
-                first.append(time.perf_counter())
-                return True
-            await launcher.run(spec, on_line)
-            out[name].append((first[0] - t) * 1000)
+            out[name].append(await first_line_ms(launcher, spec))
     return out
 
 
