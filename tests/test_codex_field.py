@@ -99,3 +99,21 @@ async def test_a_codex_agent_without_a_price_row_costs_nothing(tmp_path: Path, n
     assert res["ok"] and res["costUsd"] == 0
     assert next(r for r in api.requests if r["path"] == "/responses")["body"]["model"] == "gpt-6-astra"
     assert agent_json(env, run, 1)["priced"] is False
+
+
+async def test_an_unpriced_model_is_refused_for_a_caller_with_a_usd_quota(tmp_path: Path, nursery: trio.Nursery,
+                                                                         codex_bin: str, api: FakeResponses) -> None:
+    """Issue 31 #6: an unpriced agent counts $0, so a USD quota would not bound it; the
+    agent() call is refused with the reason, and a priced model still runs."""
+    env = await codex_daemon(tmp_path, nursery, codex_bin, api.url, caller_extra={"usdPerDay": 5},
+                             prices={"gpt-5.5-priced": {"input": 2, "output": 10}})
+    run = await run_to_end(env, """
+const out = {};
+try { await agent('hi', {engine: 'codex', model: 'gpt-6-astra'}); } catch (e) { out.refused = e.message; }
+out.priced = await agent('hi', {engine: 'codex', model: 'gpt-5.5-priced'});
+return out;""", timeout=90)
+    res = result_of(env, run)
+    assert "model 'gpt-6-astra' on codex has no price row" in res["refused"]
+    assert "usdPerDay/usdPerMonth" in res["refused"] and "`prices` row" in res["refused"]
+    assert res["priced"] == "done"
+    assert [r["body"]["model"] for r in api.requests if r["path"] == "/responses"] == ["gpt-5.5-priced"]

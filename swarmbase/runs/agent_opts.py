@@ -171,6 +171,11 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
     if not model_allowed(shown, allowed):
         raise OptionError(f"agent(): model {shown!r} is not allowed for caller "
                           f"{caller.name!r} on {engine} (allowed: {', '.join(allowed or [])})")
+    if (caller.usdPerDay is not None or caller.usdPerMonth is not None) and eng.price(model or None) is None:
+        # An unpriced agent counts $0, so a USD quota would not bound it (issue 31 #6).
+        raise OptionError(f"agent(): model {shown!r} on {engine} has no price row, and caller {caller.name!r} has "
+                          f"a USD spend quota (usdPerDay/usdPerMonth) that an unpriced agent would pass uncounted; "
+                          f"use a priced model, or add a `prices` row for {shown!r} to the daemon config")
     effort = opts.get("effort", run.effort)
     if effort is not None and effort not in EFFORTS:
         raise OptionError(f"agent(): opts.effort must be one of {', '.join(EFFORTS)}, got {str(effort)[:50]!r}")
