@@ -2,8 +2,8 @@
 
 Money has one rounding rule, the daemon's (swarmbase/money.py) and common.js alike: an
 amount is shown to 1/10,000 of a dollar, rounded half up (`usd_units`), and a total is the
-sum of the amounts shown beside it, so the per-phase and per-engine tables add up to the
-figure at their foot to the digit.
+exact sum rounded once, so the per-phase and per-engine tables' foot is the figure the
+run's header shows.
 """
 
 from __future__ import annotations
@@ -73,12 +73,12 @@ def normalize(row: dict[str, Any], phase: str | None = None) -> dict[str, Any]:
 
 def totals(rows: Iterable[dict[str, Any]], by: str) -> list[dict[str, Any]]:
     """Cost and tokens per `by` (phase or engine), in first-seen order, plus a total row.
-    Sums are of the rounded amounts shown, and say whether any part is estimated."""
+    Sums are exact, rounded once into `units`, and say whether any part is estimated."""
     groups: dict[str, dict[str, Any]] = {}
-    total: dict[str, Any] = {"name": "total", "agents": 0, "units": 0, "tokens": 0, "estimated": False, "unpriced": 0}
+    total: dict[str, Any] = {"name": "total", "agents": 0, "usd": 0.0, "tokens": 0, "estimated": False, "unpriced": 0}
     for r in rows:
         name = str(r.get(by) or ("main" if by == "phase" else "?"))
-        g = groups.setdefault(name, {"name": name, "agents": 0, "units": 0, "tokens": 0, "estimated": False,
+        g = groups.setdefault(name, {"name": name, "agents": 0, "usd": 0.0, "tokens": 0, "estimated": False,
                                      "unpriced": 0})
         for t in (g, total):
             t["agents"] += 1
@@ -86,9 +86,12 @@ def totals(rows: Iterable[dict[str, Any]], by: str) -> list[dict[str, Any]]:
             if r.get("priced") is False:
                 t["unpriced"] += 1
             else:
-                t["units"] += usd_units(r.get("costUsd"))
+                t["usd"] += money.exact(r.get("costUsd"))
                 t["estimated"] = t["estimated"] or bool(r.get("estimated"))
-    return [*groups.values(), total]
+    out = [*groups.values(), total]
+    for t in out:
+        t["units"] = usd_units(t["usd"])
+    return out
 
 
 def parse_iso(at: Any) -> float | None:

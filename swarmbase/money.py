@@ -2,8 +2,10 @@
 client, the CLI's tables, error messages and the dashboard (dashboard/static/common.js
 has the same rule in JavaScript). Pure.
 
-One rule: an amount is shown to 1/10,000 of a dollar, rounded half up, and a total shown
-beside amounts is the sum of those shown amounts. Cents (what notices and the client used
+One rule: an amount is shown to 1/10,000 of a dollar, rounded half up, and a total is the
+exact sum rounded once by that rule, so a table's foot shows the figure the run's header,
+its notices and `usage` show for the same spend (summing the rounded rows made a foot of
+$0.0015 under a header of $0.0014, issue 32.4). Cents (what notices and the client used
 to print) turn most agents' spend into "$0.00"; the dashboard always showed four places.
 Stored figures (run.json, agent records, `usage` JSON) keep their full precision.
 """
@@ -16,13 +18,18 @@ from typing import Any, Iterable
 UNIT = 10_000                     # shown amounts are whole 1/10,000ths of a dollar
 
 
-def units(value: Any) -> int:
-    """The amount as shown, in 1/10,000 dollars: round half up (0 for what is no number)."""
+def exact(value: Any) -> float:
+    """The amount as a finite float (0 for what is no number)."""
     try:
         v = float(value or 0)
     except (TypeError, ValueError):
-        return 0
-    return math.floor(v * UNIT + 0.5) if math.isfinite(v) else 0
+        return 0.0
+    return v if math.isfinite(v) else 0.0
+
+
+def units(value: Any) -> int:
+    """The amount as shown, in 1/10,000 dollars: round half up (0 for what is no number)."""
+    return math.floor(exact(value) * UNIT + 0.5)
 
 
 def fmt_units(n: int) -> str:
@@ -37,5 +44,5 @@ def usd(value: Any) -> str:
 
 
 def total(values: Iterable[Any]) -> str:
-    """The sum of the amounts as shown (so a column adds up to its foot to the digit)."""
-    return fmt_units(sum(units(v) for v in values))
+    """The exact sum of the amounts, rounded once (the figure a header shows for them)."""
+    return usd(math.fsum(exact(v) for v in values))

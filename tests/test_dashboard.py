@@ -101,6 +101,19 @@ async def test_pages_render(dash: Env, tmp_path: Path) -> None:
         assert fav.status_code == 200 and fav.headers["content-type"].startswith("image/svg+xml")
 
 
+async def test_run_page_money_one_rounding(dash: Env) -> None:
+    """Issue 32.4: three agents of $0.00046 show $0.0005 each; the header and the tables'
+    foot both say $0.0014 (the foot summed the rounded rows: $0.0015)."""
+    run = await run_to_end(dash, "return [await agent('pay:0.00046'), await agent('pay:0.00046'), "
+                                 "await agent('pay:0.00046')]")
+    async with httpx.AsyncClient(base_url=dash.url) as c:
+        html = (await c.get(f"/runs/{run.id}")).text
+    assert "spent <b>$0.0014</b>" in html
+    feet = [row for row in html.split("<tr") if row.startswith(' class="total"')]
+    assert len(feet) == 2 and all("$0.0014" in f for f in feet), feet
+    assert "$0.0015" not in html
+
+
 async def test_no_external_assets(dash: Env) -> None:
     run = await run_to_end(dash, "return 1")
     async with httpx.AsyncClient(base_url=dash.url) as c:

@@ -13,7 +13,7 @@ import pytest
 from dashboard import listing, views
 
 
-def test_one_rounding_rule_and_totals_that_add_up() -> None:
+def test_one_rounding_rule_and_totals_rounded_once() -> None:
     assert views.usd(0.00005) == "$0.0001" and views.usd(0.00004999) == "$0.0000"
     assert views.usd(1.23456) == "$1.2346" and views.usd(12) == "$12.0000" and views.usd(None) == "$0.0000"
     assert views.usd(float("nan")) == "$0.0000"
@@ -25,8 +25,10 @@ def test_one_rounding_rule_and_totals_that_add_up() -> None:
     for by in ("phase", "engine"):
         groups = views.totals(rows, by)
         *parts, total = groups
-        shown = [views.usd_units(r["costUsd"]) for r in rows if r["priced"]]
-        assert sum(g["units"] for g in parts) == total["units"] == sum(shown)
+        exact = sum(r["costUsd"] for r in rows if r["priced"])
+        # The foot is the exact sum rounded once (the header's figure), not a sum of rounded rows.
+        assert total["units"] == views.usd_units(exact)
+        assert all(g["units"] == views.usd_units(g["usd"]) for g in parts)
         assert sum(g["tokens"] for g in parts) == total["tokens"] == sum(r["tokens"] for r in rows)
         assert total["agents"] == 201 and total["unpriced"] == 1 and total["estimated"]
     assert views.agent_cost({"priced": False, "costUsd": 0}) == "no price"

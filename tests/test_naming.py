@@ -45,7 +45,8 @@ def test_money_has_one_precision() -> None:
     assert money.usd(0.00005) == "$0.0001" and money.usd(0.00004999) == "$0.0000"    # half up
     assert money.usd(1.23456) == "$1.2346" and money.usd(None) == "$0.0000" and money.usd(float("nan")) == "$0.0000"
     assert money.usd(-0.5) == "-$0.5000" and money.usd(12) == "$12.0000"
-    assert money.total([0.00005, 0.00005, 0.00005]) == "$0.0003"      # the sum of what is shown
+    # A total is the exact sum rounded once: three $0.00046 rows show $0.0005 each, total $0.0014.
+    assert money.total([0.00046, 0.00046, 0.00046]) == "$0.0014" == money.usd(0.00138)
 
 
 SCRIPTS = {

@@ -22,7 +22,7 @@
   SB.now = () => Date.now() / 1000;
 
   // Money: one rule everywhere. Amounts are whole 1/10,000 dollars, rounded half up;
-  // a total is the sum of the rounded amounts shown beside it.
+  // a total is the exact sum rounded once (SB.usd of the sum), as the run's header shows it.
   SB.usdUnits = (v) => { const x = Number(v || 0); return Number.isFinite(x) ? Math.floor(x * 10000 + 0.5) : 0; };
   SB.fmtUnits = (u) => (u < 0 ? "-" : "") + "$" + Math.floor(Math.abs(u) / 10000) + "." + String(Math.abs(u) % 10000).padStart(4, "0");
   SB.usd = (v) => SB.fmtUnits(SB.usdUnits(v));

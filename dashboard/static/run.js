@@ -90,17 +90,18 @@
     setTimeout(() => requestAnimationFrame(() => { totalsPending = false; renderTotals(); renderTitle(); }), 500);
   }
   function totals(by) {
-    const groups = new Map(), total = { name: "total", agents: 0, units: 0, tokens: 0, estimated: false, unpriced: 0 };
+    const groups = new Map(), total = { name: "total", agents: 0, usd: 0, tokens: 0, estimated: false, unpriced: 0 };
     for (const r of agents.values()) {
       const name = String(r[by] || (by === "phase" ? "main" : "?"));
-      if (!groups.has(name)) groups.set(name, { name, agents: 0, units: 0, tokens: 0, estimated: false, unpriced: 0 });
+      if (!groups.has(name)) groups.set(name, { name, agents: 0, usd: 0, tokens: 0, estimated: false, unpriced: 0 });
       for (const t of [groups.get(name), total]) {
         t.agents += 1; t.tokens += Number(r.tokens || 0);
         if (r.priced === false) t.unpriced += 1;
-        else { t.units += SB.usdUnits(r.costUsd); t.estimated = t.estimated || !!r.estimated; }
+        else { t.usd += Number(r.costUsd) || 0; t.estimated = t.estimated || !!r.estimated; }
       }
     }
-    return [...groups.values(), total];
+    // Exact sums, rounded once: the foot is the figure the header shows (issue 32.4).
+    return [...groups.values(), total].map((t) => ({ ...t, units: SB.usdUnits(t.usd) }));
   }
   function renderTotals() {
     for (const [id, by] of [["by-phase", "phase"], ["by-engine", "engine"]]) {

@@ -43,9 +43,9 @@
 
   function chart(caller, perDay, all, metric) {
     const max = Math.max(0, ...all.map((d) => (perDay.get(d) || {})[metric] || 0));
-    // A caller's total is the sum of the daily amounts as shown.
+    // A caller's total is the exact sum of the daily amounts, rounded once.
     const total = metric === "costUsd"
-      ? SB.fmtUnits(all.reduce((s, d) => s + SB.usdUnits((perDay.get(d) || {}).costUsd), 0))
+      ? SB.usd(all.reduce((s, d) => s + (Number((perDay.get(d) || {}).costUsd) || 0), 0))
       : label(metric, all.reduce((s, d) => s + ((perDay.get(d) || {})[metric] || 0), 0));
     const fig = document.createElement("figure");
     fig.className = "spend-chart";
