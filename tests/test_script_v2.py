@@ -87,7 +87,7 @@ async def test_detail_record_and_schema_nudges(tmp_path: Path, nursery: trio.Nur
     schema = json.dumps({"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]})
     script = f"""
 const failed = await agent('[[500]]', {{ detail: true }});
-const nudged = await agent('rate [[badonce:{{"score": 4}}]]', {{ schema: {schema}, detail: true }});
+const nudged = await agent('rate [[badonce:{{"score": 4}}]]', {{ schema: {schema}, detail: true, schemaRetries: 1 }});
 const stubborn = await agent('rate [[textonly]]', {{ schema: {schema}, detail: true, schemaRetries: 2 }});
 return {{ failed, nudged, stubborn }};"""
     run = await run_to_end(env, script, timeout=180)

@@ -34,6 +34,11 @@ PROFILE_OWN_TOOLS = {"read": ("Read", "Grep", "Glob"), "write": ("Edit", "Write"
 # ones get at most the read profile here.
 AGENT_TYPES = {"general-purpose": None, "Explore": "read", "Plan": "read"}
 MAX_PROMPT_CHARS = 2_000_000
+# Schema nudges an agent gets unless it says: none for claude, whose CLI (and the in-daemon
+# think path, which copies it) already corrects a wrong answer inside the conversation, so
+# a nudge repeated that whole conversation and a never-valid agent cost twice the peer's
+# requests; one for codex, whose turn has no correction of its own (issue 33).
+DEFAULT_SCHEMA_RETRIES = {"claude": 0, "codex": 1}
 REFUSED_CWD_PREFIXES = ("/proc", "/sys", "/dev")
 
 
@@ -56,7 +61,7 @@ class AgentOptions:
     isolation: str | None = None
     base: str | None = None
     detail: bool = False
-    schema_retries: int = 1
+    schema_retries: int = 0
     placement: str = "local"   # where the CLI runs; not part of the journal key
     phase: str | None = None   # the progress group it is filed under; not part of the key
     agent_type: str | None = None
@@ -268,7 +273,7 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
             raise OptionError(f"agent(): opts.base {base[:100]!r} is not a valid revision")
     detail = opts.get("detail", False)
     _type("detail", detail, bool, "true or false")
-    retries = opts.get("schemaRetries", 1)
+    retries = opts.get("schemaRetries", DEFAULT_SCHEMA_RETRIES.get(engine, 0))
     _type("schemaRetries", retries, int, "a whole number")
     if not 0 <= retries <= 3:
         raise OptionError(f"agent(): opts.schemaRetries must be between 0 and 3, got {retries}")
