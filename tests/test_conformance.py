@@ -27,39 +27,26 @@ import trio
 from .conftest import give_to_sandbox
 from .peer.cases import CASES, RESUME_SCRIPT, SAVED, SCRIPT_FILE, Case
 from .peer.claude_code import ClaudeCodePeer, PeerError, PeerRun, cli_present
-from .peer.daemon_side import SwarmBaseDaemon, swarmbase_daemon
+from .peer.daemon_side import SwarmBaseDaemon, SwarmBaseRun, swarmbase_daemon
 from .peer.model import DeterministicModel
+from .peer.project import make_project
+from .peer.realistic import REALISTIC, preview
+from .peer.seeing import SeeingModel
 
 pytestmark = pytest.mark.timeout(900)
 
 # Every peer call of the suite is made in a few `claude -p` processes (one Workflow
 # tool_use per call in one turn): a CLI start is ~1 CPU-s, a workflow in it ~0.1.
 PEER_BATCHES = 3
+ALL = CASES + REALISTIC
+CONTROL = "review-diff"         # run again by SwarmBase in a checkout without the project's files
 
 
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                   capture_output=True)
-
-
-def _project(roots: Path) -> Path:
-    """The peer's project dir, under SwarmBase's cwdRoots too, so one path serves both: a git
-    repository (isolation: 'worktree'), its saved workflows and a script file."""
-    proj = roots / "proj"
-    (proj / "scripts").mkdir(parents=True)
-    (proj / "README").write_text("a repository for worktrees\n")
-    (proj / "scripts" / "from-file.js").write_text(SCRIPT_FILE)
-    _git(proj, "init", "-q", "-b", "main")
-    _git(proj, "add", ".")
-    _git(proj, "commit", "-q", "-m", "start")
-    return proj
-
-
-def _sandbox_clone(proj: Path, state: Path) -> Path:
-    """The same repository for SwarmBase's worktrees, owned by its sandbox user: a root
-    daemon's worktree git writes it as that user, and the peer (root here) refuses a
-    checkout it does not own ("its git identity could not be verified")."""
-    clone = proj.with_name(proj.name + "-sandboxed")
+def _sandbox_clone(proj: Path, name: str, state: Path) -> Path:
+    """The same repository for SwarmBase, owned by its sandbox user: a root daemon's
+    worktree git writes it as that user, and the peer (root here) refuses a checkout it
+    does not own ("its git identity could not be verified")."""
+    clone = proj.with_name(name)
     subprocess.run(["git", "clone", "-q", str(proj), str(clone)], check=True, capture_output=True)
     return give_to_sandbox(clone, state, "peer")
 
@@ -79,38 +66,50 @@ def _prepared(case: Case, script_file: Path) -> dict[str, Any]:
 async def _conform(base: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}                       # "resume" -> what the resume runs gave
     pairs: dict[str, dict[str, Any]] = {}          # case name -> {"cc": ..., "sb": ...}
+    prompts: dict[str, list[str]] = {}             # case name -> the prompts SwarmBase's agents got
     async with trio.open_nursery() as n:
-        model = await n.start(DeterministicModel().serve)
-        async with swarmbase_daemon(base, model.url) as sb:
-            proj = _project(sb.roots)
-            sb_repo = _sandbox_clone(proj, sb.state)
+        model = await n.start(SeeingModel().serve)
+        # The project exists before the daemon starts: a resident's config names it.
+        proj = make_project(base / "roots" / "proj", {"scripts/from-file.js": SCRIPT_FILE})
+        sb_repo = _sandbox_clone(proj, "proj-sandboxed", base / "state")
+        # The control: a repository without the project's files (an agent in the wrong place).
+        elsewhere = _sandbox_clone(make_project(base / "roots" / "empty-src", base={"README.md": "another project\n"}), "elsewhere", base / "state")
+        async with swarmbase_daemon(base, model.url, project=sb_repo) as sb:
             peer = ClaudeCodePeer(model, base / "peer-home", proj)
             for name, text in SAVED.items():
                 peer.save_workflow(f"{name}.js", text)
                 saved = await sb.tool("save_workflow", {"name": name, "script": text})
                 assert not saved.get("isError"), saved
             script_file = proj / "scripts" / "from-file.js"
-            calls = {case.name: _prepared(case, script_file) for case in CASES}
+            calls = {case.name: _prepared(case, script_file) for case in ALL}
 
             async def on_peer(batch: list[Case]) -> None:
                 for case, run in zip(batch, await peer.run_many([calls[c.name] for c in batch])):
                     pairs.setdefault(case.name, {})["cc"] = run
 
             async def on_swarmbase(case: Case) -> None:
-                extra: dict[str, Any] = {"repository": str(sb_repo)} if "repo" in case.needs else {}
+                call = calls[case.name]          # the project is the caller's default, as for the peer
                 if "target" in case.needs:          # the peer has no way to set one (see the case)
-                    extra["tokenTarget"] = 1000
-                pairs.setdefault(case.name, {})["sb"] = await sb.run({**calls[case.name], **extra})
+                    call = {**call, "tokenTarget": 1000}
+                run = await sb.run(call)
+                pairs.setdefault(case.name, {})["sb"] = run
+                prompts[case.name] = model.tasks_from(run.run_id) if run.run_id else []
 
-            together = [c for c in CASES if not c.alone]
-            batches = [together[i::PEER_BATCHES] for i in range(PEER_BATCHES)] + [[c] for c in CASES if c.alone]
+            async def control() -> None:
+                # `project` names the other checkout: an agent in the wrong place.
+                out["control"] = await sb.run({**calls[CONTROL], "project": str(elsewhere)})
+
+            together = [c for c in ALL if not c.alone]
+            batches = [together[i::PEER_BATCHES] for i in range(PEER_BATCHES)] + [[c] for c in ALL if c.alone]
             async with trio.open_nursery() as m:
                 for batch in batches:
                     m.start_soon(on_peer, batch)
-                for case in CASES:
+                for case in ALL:
                     m.start_soon(on_swarmbase, case)
+                m.start_soon(control)
                 m.start_soon(_resume_both, peer, sb, model, out)
         n.cancel_scope.cancel()
+    out["prompts"] = prompts
     return {**{name: (pair["cc"], pair["sb"]) for name, pair in pairs.items()}, **out}
 
 
@@ -156,7 +155,7 @@ def _ended(run: Any) -> str:
     return "completed" if run.status == "completed" else "failed"
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", ALL, ids=[c.name for c in ALL])
 def test_same_result_on_both_runtimes(outcomes: dict[str, Any], case: Case) -> None:
     cc, sb = outcomes[case.name]
     if case.differs:
@@ -193,3 +192,34 @@ def test_resume_replays_and_an_edited_script_reuses_its_unchanged_calls(outcomes
     # the edited call.
     assert r["cc_agents"][2] == 4
     assert r["sb_agents"][2] == 1
+
+
+def _peer_agents(cc: PeerRun) -> list[dict[str, Any]]:
+    return [p for p in cc.record.get("workflowProgress", []) if p.get("type") == "workflow_agent"]
+
+
+def _sb_agents(sb: SwarmBaseRun) -> list[dict[str, Any]]:
+    return [a for ph in sb.phases for a in ph.get("agents", [])]
+
+
+@pytest.mark.parametrize("case", [c for c in REALISTIC if not c.differs], ids=[c.name for c in REALISTIC if not c.differs])
+def test_same_agents_asked_the_same(outcomes: dict[str, Any], case: Case) -> None:
+    """Not only the return value: as many agents, the same labels, the same prompts (as
+    the peer keeps them: promptPreview, 400 characters and an ellipsis)."""
+    cc, sb = outcomes[case.name]
+    assert isinstance(cc, PeerRun), f"the peer did not run it: {cc}"
+    assert cc.agent_count == len(_sb_agents(sb)) > 0, (cc.agent_count, _sb_agents(sb))
+    assert sorted(p["label"] for p in _peer_agents(cc)) == sorted(a["label"] for a in _sb_agents(sb))
+    ours = sorted(preview(p) for p in outcomes["prompts"][case.name])
+    assert sorted(p["promptPreview"] for p in _peer_agents(cc)) == ours
+
+
+def test_agents_see_the_project(outcomes: dict[str, Any]) -> None:
+    """The fake answers from what the agents read: in the project both runtimes saw its
+    files; the same script run in a checkout without them returns something else."""
+    cc, sb = outcomes[CONTROL]
+    assert "#missing" not in json.dumps(cc.result) and "seen: src/calc.py#" in json.dumps(cc.result), cc.result
+    assert sb.result == cc.result
+    control = outcomes["control"]
+    assert control.status == "completed", control.error
+    assert control.result != cc.result and "src/calc.py#missing" in json.dumps(control.result), control.result

@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 import attrs
 
+from .model import DEFAULT_OUTPUT_TOKENS, MAIN_OUTPUT_TOKENS
+
 META = "export const meta = { name: 'conformance', description: 'a conformance script' }\n"
 NO_ARGS = object()
 
@@ -131,6 +133,18 @@ def _display(cc: Any, sb: Any) -> None:
     assert "[object]" in cc.logs and '{"x":1} second' in sb.logs
 
 
+def _budget_spent(cc: Any, sb: Any) -> None:
+    # Same shape, same agents' spend (2 agents × 10 output tokens); the peer's adds the main
+    # session's output (MAIN_OUTPUT_TOKENS per main-session request so far: the session
+    # goes on while the run does, so how many came before each read varies).
+    same = {"total": None, "infinite": True, "kinds": ["function", "function"]}
+    assert {k: cc.result[k] for k in same} == {k: sb.result[k] for k in same} == same, (cc.result, sb.result)
+    assert sb.result["before"] == 0 and sb.result["after"] == 2 * DEFAULT_OUTPUT_TOKENS, sb.result
+    main = cc.result["after"] - 2 * DEFAULT_OUTPUT_TOKENS
+    assert cc.result["before"] > 0 and cc.result["before"] % MAIN_OUTPUT_TOKENS == 0, cc.result
+    assert main >= cc.result["before"] and main % MAIN_OUTPUT_TOKENS == 0, cc.result
+
+
 SCHEMA = "{type: 'object', properties: {title: {type: 'string'}, score: {type: 'integer', minimum: 1, maximum: 5}, " \
          "tags: {type: 'array', items: {type: 'string'}}, ok: {type: 'boolean'}, kind: {enum: ['bug', 'perf']}}, " \
          "required: ['title', 'score']}"
@@ -201,7 +215,9 @@ CASES: list[Case] = [
          args={"items": ["a", "b"], "n": 2, "nested": {"deep": [1, {"x": None}]}}),
     Case("args-absent", "return {type: typeof args, isUndefined: args === undefined};"),
     Case("args-reassigned", "args = (args || 0) + 1;\nreturn args;", args=41),
-    Case("budget-shape", alone=True, script=
+    Case("budget-shape", alone=True, differs="budget.spent(): Claude Code's counts the whole session's output tokens "
+         "(the main session's turns too, before any agent ran); SwarmBase's counts the run's agents only",
+         check=_budget_spent, script=
          "const before = budget.spent();\nawait agent('spend a little');\nawait agent('and a bit more');\n"
          "return {total: budget.total, before, after: budget.spent(), infinite: budget.remaining() === Infinity,\n"
          "  kinds: [typeof budget.spent, typeof budget.remaining]};"),

@@ -27,8 +27,6 @@ from ..conftest import write_config
 from .claude_code import CLAUDE
 
 CALLER = "peer"
-
-
 @attrs.frozen
 class SwarmBaseRun:
     status: str                      # completed, failed, ... or "refused" (the run tool said no)
@@ -73,7 +71,8 @@ class SwarmBaseDaemon:
                             phases=status.get("phases", []))
 
 
-def config(state: Path, roots: Path, model_url: str, in_process_think: bool = True, **extra: Any) -> tuple[Path, str]:
+def config(state: Path, roots: Path, model_url: str, in_process_think: bool = True, project: Path | None = None,
+           **extra: Any) -> tuple[Path, str]:
     """`in_process_think`: think agents as requests made by the daemon (the default a user
     gets), else a `claude -p` each."""
     key = state / f"{CALLER}.key"
@@ -81,21 +80,23 @@ def config(state: Path, roots: Path, model_url: str, in_process_think: bool = Tr
     key.write_text("sk-ant-peer-0000\n")
     key.chmod(0o600)
     roots.mkdir(parents=True, exist_ok=True)
+    projects = {"projects": {"default": str(project)}} if project is not None else {}
     path, tokens = write_config(
         state, callers=[CALLER], engines={"claude": {"bin": str(CLAUDE), "baseUrl": model_url, "inProcessThink": in_process_think}},
         caller_extra={"apiKeyFile": str(key), "cwdRoots": [str(roots)], "maxProfile": "write",
-                      "maxActiveRuns": 100, "runUsdMax": 100, "runUsdDefault": 20}, **extra)
+                      "maxActiveRuns": 100, "runUsdMax": 100, "runUsdDefault": 20, **projects}, **extra)
     return path, tokens[CALLER]
 
 
 @asynccontextmanager
 async def swarmbase_daemon(base: Path, model_url: str, *, launcher: tuple[str, ...] = (), in_process_think: bool = True,
-                           **extra: Any) -> AsyncIterator[SwarmBaseDaemon]:
+                           project: Path | None = None, **extra: Any) -> AsyncIterator[SwarmBaseDaemon]:
     """A daemon process on a fresh state dir under `base`, its caller `peer` allowed to read
     and write under base/roots; `launcher`: a command it is started under (its argv
-    appended, and it must exec it: the pid is the daemon's), e.g. one that enters a cgroup."""
+    appended, and it must exec it: the pid is the daemon's), e.g. one that enters a cgroup;
+    `project`: the caller's default project (under base/roots), as a resident configures it."""
     state, roots = base / "state", base / "roots"
-    path, token = config(state, roots, model_url, in_process_think, **extra)
+    path, token = config(state, roots, model_url, in_process_think, project, **extra)
     argv = [*launcher, sys.executable, "-m", "swarmbase"] if launcher else None
     async with cli_daemon(path, argv=argv) as d, connect(d.ws, token) as host:
         await host.handshake()

@@ -6,9 +6,10 @@ difference in what the script returns comes from the runtimes, not from the mode
 - The **main session** of `claude -p` (its request offers the `Workflow` tool) is the
   driver of the peer: the user prompt carries `conformance-run <token>`, and the first
   reply to a new token is one `tool_use` of Workflow per input registered under that
-  token (`expect`): one CLI start runs a whole batch of workflows. Every later main-session turn gets a plain "ok". Main-session turns
-  report 0 output tokens, so the peer's `budget.spent()` counts subagents only, as
-  SwarmBase's does.
+  token (`expect`): one CLI start runs a whole batch of workflows. Every later main-session
+  turn gets a plain "ok". Main-session turns report real usage (MAIN_OUTPUT_TOKENS output
+  tokens each), as a model does: the peer's `budget.spent()` counts them (the session's
+  spend), SwarmBase's does not (a run has no main session) — the `budget-shape` case.
 - **Subagents** are every other request (Claude Code's agent() requests lack the Workflow
   tool; SwarmBase's agents are `claude -p` processes without it). The answer is a pure
   function of the task text — the script's prompt, taken from the last text block of the
@@ -43,6 +44,7 @@ HARNESS = re.compile(r"^\[Workflow harness[^\n]*?The computed task text follows:
 WORKTREE_NOTE = re.compile(r"\n\n---\nYou are running in an isolated git worktree.*\Z", re.S)
 TOKEN = re.compile(r"conformance-run ([0-9a-f]{16})")
 DEFAULT_OUTPUT_TOKENS = 10
+MAIN_OUTPUT_TOKENS = 7
 
 
 def task_text(body: dict[str, Any]) -> str:
@@ -146,7 +148,7 @@ class DeterministicModel:
         tools = {t.get("name"): t for t in body.get("tools", []) if isinstance(t, dict)}
         if "Workflow" in tools:
             self.main_requests += 1
-            return self._stream(model, self._main_turn(body), (100, 0))
+            return self._stream(model, self._main_turn(body), (100, MAIN_OUTPUT_TOKENS))
         task = task_text(body)
         self.subagent_requests.append((task, origin))
         if "[[fail]]" in task:
