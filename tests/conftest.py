@@ -79,6 +79,7 @@ def give_to_sandbox(path: Path, state: Path, caller: str = "alice") -> Path:
     gives a caller's cwdRoot to it (its uid allocated ahead in the state dir, as the
     daemon's start-up does): agents and worktree git write only what that uid may write."""
     if os.geteuid() == 0:
+        state.mkdir(parents=True, exist_ok=True)
         user = identity.Identities(state / identity.ALLOCATIONS, identity.UidRange.parse(identity.DEFAULT_UIDS)
                                    ).user_for(caller)
         for p in [path, *path.rglob("*")]:
