@@ -14,7 +14,7 @@ import trio
 
 from .conftest import agent_json, result_of, run_to_end
 from .fakes.anthropic_api import FakeAnthropic
-from .test_think_inproc import SCHEMA, claude_engine, requests_for, think_daemon
+from .think_daemon import SCHEMA, claude_engine, requests_for, think_daemon
 
 PEER_REQUESTS = 4        # Claude Code 2.1.328's Workflow runtime, same fake: an answer that never validates
 

@@ -7,57 +7,26 @@ real CLIs are what those tests start."""
 from __future__ import annotations
 
 import json
-import secrets
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from swarmbase import config
 
 from .conftest import (
-    CLAUDE,
     Env,
     agent_json,
     result_of,
     run_to_end,
-    start_daemon,
-    write_config,
 )
 from .fakes.anthropic_api import FakeAnthropic
 from .fakes.responses_api import FakeResponses
-
-CANARY = "sk-ant-canary-" + secrets.token_hex(16)
-CODEX = CLAUDE.parent / "codex"
-SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
-
+from .think_daemon import CANARY, CODEX, SCHEMA, claude_engine, requests_for, think_daemon
 
 @pytest.fixture
 async def api(nursery: trio.Nursery) -> FakeAnthropic:
     return await nursery.start(FakeAnthropic().serve)
-
-
-async def think_daemon(nursery: trio.Nursery, root: Path, engines: dict[str, Any], **extra: Any) -> Env:
-    """A daemon on root/state (kept across restarts) with one caller, alice, whose key file
-    holds CANARY."""
-    state = root / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    key_file = root / "alice.key"          # outside the state dir: every file there is searched for it
-    key_file.write_text(CANARY + "\n")
-    key_file.chmod(0o600)
-    path, tokens = write_config(state, callers=["alice"], engines=engines, caller_extra={
-        "apiKeyFile": str(key_file), "maxProfile": "read", "defaultModels": {"codex": "gpt-5.5"}},
-        perRunConcurrency=8, **extra)
-    env = Env(state=state, tokens=tokens, cfg=config.load(path))
-    await start_daemon(nursery, env)
-    return env
-
-
-def claude_engine(url: str, in_daemon: bool = True) -> dict[str, Any]:
-    if not CLAUDE.exists():
-        pytest.fail(f"the Claude Code CLI is not installed at {CLAUDE}: run bash tests/install.sh")
-    return {"claude": {"bin": str(CLAUDE), "baseUrl": url, "inProcessThink": in_daemon}}
 
 
 def transcript(env: Env, run: Any, n: int) -> list[dict[str, Any]]:
@@ -68,10 +37,6 @@ def transcript(env: Env, run: Any, n: int) -> list[dict[str, Any]]:
 def in_daemon_only(requests: list[dict[str, Any]]) -> bool:
     """Every request came from the daemon itself, none from a CLI (claude-cli/…, codex_exec/…)."""
     return bool(requests) and all(r["headers"].get("user-agent", "").startswith("swarmbase") for r in requests)
-
-
-def requests_for(api: FakeAnthropic, marker: str) -> list[dict[str, Any]]:
-    return [r for r in api.requests if marker in r["prompt"]]
 
 
 async def test_think_agents_are_requests_made_by_the_daemon(tmp_path: Path, nursery: trio.Nursery,
