@@ -177,12 +177,13 @@ async def test_cancel_mid_stream_leaves_no_process_on_the_node(cluster: RayClust
         assert not [p for p in all_pids() if KEY.encode() in cmdline(p)]
         await host.tool("cancel", {"runId": run})
         st = await wait_status(host, run, ended)
+        # The processes and the node's record go (the task's `finally`, or after a force
+        # cancel the clean-up task): the record may outlive the processes by a moment.
         with trio.fail_after(10):
-            while marked_processes() or named(mark):
+            while marked_processes() or named(mark) or list((cluster.node_dir / "procs").rglob("*.json")):
                 await trio.sleep(0.05)
     assert st["status"] == "cancelled"
     assert rows(st)[0]["state"] == "cancelled"
-    assert not list((cluster.node_dir / "procs").rglob("*.json"))     # the node's record is gone too
 
 
 async def test_kill9_of_the_daemon_leaves_no_process_and_boot_reaps(cluster: RayCluster, daemon: Daemon,

@@ -133,6 +133,8 @@ async def test_idle_watchdog_then_cancel_then_force(tmp_path: Path, jump_clock: 
     assert res.idle_timeout and res.lines == 1 and res.error is None
     assert gen.cancels == [False, True]           # ordinary first, force after the grace
     assert trio.current_time() - t0 >= 30 + ray_stream.CANCEL_GRACE_S
+    # The killed worker's `finally` may not have run: a task on its node forgets the agent.
+    assert fake.forgotten() == [(WORKER["NodeID"], (launcher.owner, launcher.boot, "run_abc-1"))]
 
 
 async def test_cancelling_the_agent_cancels_its_task(tmp_path: Path) -> None:
@@ -143,6 +145,7 @@ async def test_cancelling_the_agent_cancels_its_task(tmp_path: Path) -> None:
         with trio.CancelScope() as scope:
             await launcher.run(spec(tmp_path), lambda line: False, lambda where: scope.cancel())
     assert gen.cancels == [False] and launcher.running == {}
+    assert fake.forgotten() == []                  # the task's own `finally` cleans up
 
 
 async def test_a_cancel_while_submitting_still_cancels_the_task(

@@ -139,6 +139,25 @@ def test_a_cancelled_task_kills_the_group_and_what_left_it(tmp_path: Path, node_
     assert not record.exists() and not (node_dir / "homes/own1/b1/run_x-1").exists()
 
 
+def test_forget_cleans_up_after_a_worker_killed_mid_task(tmp_path: Path, node_dir: Path) -> None:
+    """A force cancel kills the worker wherever it was: its `finally` never runs. The
+    clean-up task the daemon sends then kills the group and what left it, and removes the
+    record and the private dir (the next boot's reaper is no longer needed for them)."""
+    cli = ["/bin/sh", "-c", "setsid sh -c 'echo $$; exec sleep 600' & sleep 600"]
+    body = node_agent.run_agent(payload(tmp_path, cli))
+    started = next(body)
+    escaped = int(next(body)[0])
+    record = node_dir / "procs/own1/b1/run_x-1.json"
+    assert record.exists() and alive(escaped)
+    # The generator is left suspended: as far as the node's files know, a dead worker.
+    got = state.forget("own1", "b1", "run_x-1")
+    assert got["record"] and got["killed"] >= 2
+    assert wait_until(lambda: not alive(escaped) and not alive(started["pgid"]), 5)
+    assert not record.exists() and not (node_dir / "homes/own1/b1/run_x-1").exists()
+    assert state.forget("own1", "b1", "run_x-1") == {"killed": 0, "record": False}    # twice is harmless
+    body.close()
+
+
 def test_a_cli_that_cannot_start_is_reported(tmp_path: Path, node_dir: Path) -> None:
     items = list(node_agent.run_agent(payload(tmp_path, ["/nonexistent/claude"], stdin_file=None)))
     assert items == [{"kind": "spawn-error", "detail": "the executable is missing on node w1: /nonexistent/claude"}]

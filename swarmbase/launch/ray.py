@@ -17,6 +17,9 @@ Design log (the prototype's figures and pitfalls: shared/notes/ray.md):
 - Records on each node are keyed by this daemon (`owner`, from its state dir) and its life
   (`boot`); at boot and when a node joins, a task pinned to each agent node reaps what
   earlier lives left and probes the node (CLI binary, shared roots, bubblewrap).
+- A force-cancelled agent (its task ignored the ordinary cancel) is followed by a task
+  pinned to its node that kills what is left of it and removes its record at once: the
+  killed worker's `finally` may not have run, and the next boot is no time to clean up.
 - The API key is in the task's arguments only (the env the node gives the CLI), never in
   argv, a runtime_env (Ray keeps and shows those) or a log line.
 """
@@ -46,6 +49,7 @@ log = logging.getLogger("swarmbase.launch.ray")
 NODES_FRESH_S = 1.0        # a node list this recent is trusted for the feasibility check
 RETRY_CONNECT_S = 10.0
 GCS_PATIENCE_S = 10 * 365 * 86_400
+FORGET_TIMEOUT_S = 30.0   # the clean-up task after a force cancel (a node may first start a worker)
 WORKSPACE_RETURN_S = 30.0  # after the final event, how long a shipped workspace may take to come back
 
 
@@ -79,6 +83,7 @@ class RayLauncher(NodeWatcher, LauncherBase):
         self._ray: Any = None
         self._agent_fn: Any = None
         self._check_fn: Any = None
+        self._forget_fn: Any = None
         self._connect_lock = trio.Lock()
         self._nodes_call: tuple[trio.Event, dict[str, Any]] | None = None
         self.error: str | None = None
@@ -103,10 +108,12 @@ class RayLauncher(NodeWatcher, LauncherBase):
 
         from ..node.agent import run_agent
         from ..node.probe import check_node
+        from ..node.state import forget
         ray.init(address=self.rc.address, namespace="swarmbase", log_to_driver=False,
                  logging_level=logging.WARNING, ignore_reinit_error=True)
         self._agent_fn = ray.remote(run_agent)
         self._check_fn = ray.remote(check_node)
+        self._forget_fn = ray.remote(forget)
         return ray
 
     async def connect(self) -> Any:
@@ -214,9 +221,33 @@ class RayLauncher(NodeWatcher, LauncherBase):
                 finally:
                     with trio.CancelScope(shield=True):
                         await stream.stop(ended_normally=ending)
+                        node_id = (self.running.get(spec.key) or {}).get("nodeId")
+                        if stream.forced and node_id:
+                            await self._forget(node_id, spec.key)
         finally:
             self.running.pop(spec.key, None)
         return res
+
+    async def _forget(self, node_id: str, key: str) -> None:
+        """After a force cancel: a task on the agent's node kills what is left of it and
+        removes its record (bounded; failing that, the next boot's reaper does it)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        def call() -> Any:
+            ref = self._forget_fn.options(
+                num_cpus=0, max_retries=0, name="swarmbase-forget",
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(self.owner, self.boot, key)
+            return self._ray.get(ref, timeout=FORGET_TIMEOUT_S)
+
+        try:
+            with trio.move_on_after(FORGET_TIMEOUT_S + 1):
+                got = await trio.to_thread.run_sync(call, limiter=self.limiter, abandon_on_cancel=True)
+                log.info("agent %s: force-cancelled; its node killed %s leftover processes", key, got.get("killed"))
+                return
+            log.warning("agent %s: its node did not answer the clean-up after a force cancel; "
+                        "the next boot's reaper removes what is left", key)
+        except Exception as e:  # the node is gone (then so is the agent) or Ray is: the reaper remains
+            log.warning("agent %s: clean-up after a force cancel failed: %s", key, ray_nodes.describe_failure(e, None))
 
     async def _consume(self, spec: LaunchSpec, stream: TaskStream, on_line: OnLine, started: Started | None,
                        res: ProcResult) -> bool:

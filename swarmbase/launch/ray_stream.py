@@ -9,8 +9,9 @@ silently stall the 41st agent's stream.
 Stopping: Ray's ordinary cancel raises KeyboardInterrupt in the task, whose `finally`
 kills the CLI's group (the node polls every 0.2 s, so this lands fast); if the task has
 not ended CANCEL_GRACE_S later, a force cancel kills the Ray worker and the node's
-guardian ends the group. The reader thread ends when the task does; only if Ray itself
-stops answering is it abandoned.
+guardian ends the group; `forced` tells the launcher to follow up with a task that
+forgets the agent on its node (what left the group, the record, the private dir). The
+reader thread ends when the task does; only if Ray itself stops answering is it abandoned.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class TaskStream:
         self.done = trio.Event()              # the reader thread returned
         self._scope = trio.CancelScope(shield=True)
         self.cancelled = False
+        self.forced = False                   # a force cancel was sent: the task's finally may not have run
 
     def _read_all(self, token: trio.lowlevel.TrioToken) -> None:
         def put(item: Any) -> bool:
@@ -92,6 +94,7 @@ class TaskStream:
         if self.done.is_set():
             return
         log.warning("an agent's Ray task ignored cancel for %.0f s: force-cancelling it", CANCEL_GRACE_S)
+        self.forced = True
         await self._cancel(force=True)
         with trio.move_on_after(FORCE_WAIT_S):
             await self.done.wait()

@@ -1,5 +1,5 @@
-"""A node's state dir: where agents' private dirs and process records live, and the
-reaper that kills what a dead daemon left behind."""
+"""A node's state dir: where agents' private dirs and process records live, the reaper
+that kills what a dead daemon left behind, and `forget` for one force-cancelled agent."""
 
 from __future__ import annotations
 
@@ -100,6 +100,25 @@ def kill_recorded(rec: dict[str, Any]) -> int:
     if isinstance(mark, str) and mark:
         killed += kill_marked(mark)
     return killed
+
+
+def forget(owner: str, boot: str, key: str, root: Path | None = None) -> dict[str, Any]:
+    """Kill and forget one agent of this daemon life whose task's `finally` may not have
+    run: the daemon force-cancelled it, and a force cancel kills the Ray worker wherever
+    it was (before the group kill, or between it and the record's removal). The worker's
+    guardian ends the group but not what left it, and the record would wait for the next
+    boot's reaper."""
+    record, private, work = agent_dirs(owner, boot, key, root)
+    try:
+        rec = json.loads(record.read_text())
+    except (OSError, ValueError):        # killed before it wrote the record, or a torn one
+        rec = None
+    had_record = isinstance(rec, dict)
+    killed = kill_recorded(rec) if isinstance(rec, dict) else kill_marked(marker(owner, boot, key))
+    record.unlink(missing_ok=True)
+    shutil.rmtree(private, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return {"killed": killed, "record": had_record}
 
 
 def reap(owner: str, keep_boot: str, root: Path | None = None) -> dict[str, Any]:

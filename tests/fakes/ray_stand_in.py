@@ -77,9 +77,15 @@ class FakeRay:
         self._opts = opts
         return self
 
-    def remote(self, *args: Any) -> FakeGen:
+    def remote(self, *args: Any) -> Any:
         self.submitted.append((self._opts, args))
+        if self._opts.get("name") == "swarmbase-forget":        # state.forget's answer
+            return {"killed": 1, "record": True}
         return self.gen
+
+    def forgotten(self) -> list[tuple[str, tuple[Any, ...]]]:
+        """(the node it was pinned to, its arguments) of each clean-up task sent."""
+        return [(o["scheduling_strategy"].node_id, a) for o, a in self.submitted if o.get("name") == "swarmbase-forget"]
 
 
 def make_launcher(tmp_path: Path, gen: FakeGen, nodes: list[dict[str, Any]] | None = None,
@@ -94,7 +100,7 @@ def make_launcher(tmp_path: Path, gen: FakeGen, nodes: list[dict[str, Any]] | No
     cfg = config.parse(json.dumps(raw), tmp_path / "config.json")
     launcher = RayLauncher(cfg)
     fake = FakeRay(gen, [HEAD, WORKER] if nodes is None else nodes)
-    launcher._ray = launcher._agent_fn = fake
+    launcher._ray = launcher._agent_fn = launcher._forget_fn = fake
     launcher.nodes_at = 0.0
     return launcher, fake
 
