@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from swarmbase import config
+from swarmbase.runs.quota import QuotaPending
 
 from .conftest import agent_json, codex_daemon, result_of, run_to_end
 from .fakes.responses_api import FakeResponses
@@ -107,6 +108,15 @@ async def test_an_unpriced_model_is_refused_for_a_caller_with_a_usd_quota(tmp_pa
     agent() call is refused with the reason, and a priced model still runs."""
     env = await codex_daemon(tmp_path, nursery, codex_bin, api.url, caller_extra={"usdPerDay": 5},
                              prices={"gpt-5.5-priced": {"input": 2, "output": 10}})
+    # The quota's history is read in a thread at start; a run before that is refused as
+    # pending (tested in test_quota), which is not what this test is about.
+    with trio.fail_after(30):
+        while True:
+            try:
+                env.services.supervisor.quota.windows(env.cfg.caller("alice"))
+                break
+            except QuotaPending:
+                await trio.sleep(0.05)
     run = await run_to_end(env, """
 const out = {};
 try { await agent('hi', {engine: 'codex', model: 'gpt-6-astra'}); } catch (e) { out.refused = e.message; }

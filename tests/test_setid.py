@@ -115,7 +115,7 @@ async def test_a_write_agent_makes_no_setid_file_and_a_planted_one_grants_nothin
     for engine, text in (("claude", claude_out), ("codex", codex_out)):
         assert "PROBED" in text, (engine, text)
         got = results(text)
-        assert got["chmod-u+s"] == "rc=1" and got["chmod-g+s"] == "rc=1", (engine, got, text)
+        assert got.get("chmod-u+s") == "rc=1" and got.get("chmod-g+s") == "rc=1", (engine, got, text)
         assert got["chmod-plain"] == "rc=0", (engine, got)                 # a plain chmod still works
         for call in ("open-creat-suid", "mknod-sgid", "fchmod-suid", "vsock"):
             assert got[call] == "EPERM", (engine, call, got)
