@@ -39,7 +39,7 @@ def make_project(path: Path, marker: str, repo: bool = True) -> Path:
 
 
 async def project_daemon(tmp_path: Path, nursery: trio.Nursery, api_url: str,
-                         projects: dict[str, str] | None) -> Env:
+                         projects: dict[str, str] | None, caller_extra: dict[str, Any] | None = None) -> Env:
     state = tmp_path / "state"
     state.mkdir(parents=True, exist_ok=True)
     key_file = state / "alice.key"
@@ -49,6 +49,7 @@ async def project_daemon(tmp_path: Path, nursery: trio.Nursery, api_url: str,
                              "maxProfile": "write"}
     if projects is not None:
         extra["projects"] = projects
+    extra.update(caller_extra or {})
     path, tokens = write_config(state, callers=["alice"], caller_extra=extra,
                                 engines={"claude": {"bin": str(CLAUDE), "baseUrl": api_url}})
     env = Env(state=state, tokens=tokens, cfg=config.load(path))

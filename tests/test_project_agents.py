@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import attrs
 import pytest
 
 from swarmbase.runs.project_agents import AgentFileError, parse, profile_within, scan
@@ -100,3 +101,21 @@ def test_two_files_defining_one_name_are_an_error(tmp_path: Path) -> None:
 
 def test_a_project_without_agents_has_none(tmp_path: Path) -> None:
     assert scan(tmp_path).types == {} and scan(tmp_path / "missing").broken == {}
+
+
+def test_a_type_body_leads_each_engines_instructions() -> None:
+    from swarmbase.engines import framing, think_messages, think_responses
+    system = [b["text"] for b in think_messages.body("claude-opus-5-5", "p", None, None, [], "BODY")["system"]]
+    assert system == ["BODY", framing.note(False)]
+    assert [b["text"] for b in think_messages.body("m", "p", None, None, [])["system"]] == [framing.note(False)]
+    assert think_responses.body("m", "p", None, None, "BODY")["instructions"] == f"BODY\n\n{framing.note(False)}"
+    assert framing.framed_prompt("do it", True, "BODY") == f"[BODY\n\n{framing.note(True)}]\n\ndo it"
+
+
+def test_the_claude_argv_takes_a_type_body_as_a_file() -> None:
+    from swarmbase.engines import claude
+    call = claude.ClaudeCall(bin="claude", cwd="/w", profile="read", model=None, effort=None, schema=None,
+                             max_usd=1.0, state_dir="/s", user_home="/h", system_prompt_file="/a/system-prompt.md")
+    argv = claude.argv(call)
+    assert argv[argv.index("--system-prompt-file") + 1] == "/a/system-prompt.md"
+    assert "--system-prompt-file" not in claude.argv(attrs.evolve(call, system_prompt_file=None))

@@ -61,6 +61,7 @@ class AgentJob:
     network: tuple[str, ...] = ()             # the caller's `network` entries (write agents may reach them)
     disallowed_tools: tuple[str, ...] = ()    # agent({disallowedTools}): tools the CLI must not offer
     caller: str | None = None                 # whose agent: a root daemon runs it as that caller's uid
+    system_prompt: str | None = None          # a project agent type's body: replaces the CLI's default one
 
     def egress(self, model_api: Endpoint, profile: str | None = None) -> tuple[Endpoint, ...]:
         """What this agent's network may reach: its model API, and for a write agent (the

@@ -73,6 +73,9 @@ class ClaudeCall:
     user_home: str
     secret_files: list[str] = attrs.field(factory=list)
     disallowed: list[str] = attrs.field(factory=list)     # agent({disallowedTools})
+    # A project agent type's body, as a file (its size is not bound by argv's 128 KiB): it
+    # replaces the CLI's default system prompt, as Claude Code's subagents of that type get.
+    system_prompt_file: str | None = None
 
 
 def argv(call: ClaudeCall) -> list[str]:
@@ -104,6 +107,8 @@ def argv(call: ClaudeCall) -> list[str]:
     if call.schema is not None:
         out += ["--json-schema", json.dumps(call.schema, separators=(",", ":"))]
     # The agent is told its final message is the script's return value (engines/framing.py).
+    if call.system_prompt_file is not None:
+        out += ["--system-prompt-file", call.system_prompt_file]
     out += ["--append-system-prompt", framing.note(call.schema is not None)]
     return out
 

@@ -33,6 +33,7 @@ from .verdict import Verdict
 
 SCHEMA_ARG_LIMIT = 64 * 1024      # --json-schema takes inline JSON only (verified on 2.1.328)
 CLI_DEFAULT_MODEL = "claude-opus-5-5"  # what `claude -p` uses without --model (notes: 2.1.x)
+SYSTEM_PROMPT_FILE = "system-prompt.md"   # a project agent type's body, in the private dir
 
 
 class ClaudeEngine(EngineBase):
@@ -60,7 +61,8 @@ class ClaudeEngine(EngineBase):
         call = claude.ClaudeCall(bin=engine.bin, cwd=job.cwd, profile=job.profile, model=job.model,
                                  effort=job.effort, schema=job.schema, max_usd=job.max_usd,
                                  state_dir=str(self.cfg.state_dir), user_home=os.path.expanduser("~"),
-                                 secret_files=list(job.secret_files), disallowed=list(job.disallowed_tools))
+                                 secret_files=list(job.secret_files), disallowed=list(job.disallowed_tools),
+                                 system_prompt_file=f"{AGENT_DIR}/{SYSTEM_PROMPT_FILE}" if job.system_prompt else None)
         door_url = self.door.url if bearer is not None and self.door is not None else None
         key, base_url = (bearer, door_url) if door_url else (job.api_key, engine.baseUrl)
         env = claude.environment(bin_path=engine.bin, home=f"{AGENT_DIR}/home", tmp=f"{AGENT_DIR}/tmp",
@@ -68,7 +70,9 @@ class ClaudeEngine(EngineBase):
                                  parent_env=self.parent_env, gateway=engine.baseUrl is not None)
         search = env["PATH"]
         return LaunchSpec(argv=tuple(claude.argv(call)), env=env, cwd=job.cwd, key=job.key, owner=job.caller,
-                          files={"prompt.txt": job.prompt.encode()}, stdin_file="prompt.txt",
+                          files={"prompt.txt": job.prompt.encode(),
+                                 **({SYSTEM_PROMPT_FILE: job.system_prompt.encode()} if job.system_prompt else {})},
+                          stdin_file="prompt.txt",
                           read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
                           write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,
                           egress=job.egress(url_endpoint(base_url or ANTHROPIC_API)),

@@ -79,7 +79,8 @@ class CodexEngine(EngineBase):
         call = codex.CodexCall(bin=engine.bin, cwd=job.cwd, codex_home=f"{AGENT_DIR}/codex-home", profile=profile,
                                model=job.model, effort=job.effort, meter_url=self.meter.url,
                                deny=[] if confined else self.deny(), network=profile == "write")
-        files = {"codex-home/config.toml": codex.config_toml(call).encode(), "prompt.txt": framing.framed_prompt(job.prompt, job.schema is not None).encode()}
+        prompt = framing.framed_prompt(job.prompt, job.schema is not None, job.system_prompt)
+        files = {"codex-home/config.toml": codex.config_toml(call).encode(), "prompt.txt": prompt.encode()}
         schema_file = None
         if job.schema is not None:
             files["schema.json"] = json.dumps(job.schema).encode()

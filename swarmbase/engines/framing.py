@@ -6,7 +6,9 @@ like a chat assistant ("Sure! Here is ...") and the script gets the prose.
 
 The claude engine appends the note to the CLI's own system prompt (--append-system-prompt);
 codex exec has no flag for it that --strict-config accepts on 0.169, so its note leads the
-prompt. The journal key is built from the script's prompt, never from the framed one.
+prompt. A project agent type's body (.claude/agents/<name>.md) is the system prompt before
+the note: the claude CLI's --system-prompt-file, the think requests' `system`/`instructions`,
+codex's prompt. The journal key is built from the script's prompt, never from the framed one.
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ def note(structured: bool) -> str:
     return STRUCTURED if structured else TEXT
 
 
-def framed_prompt(prompt: str, structured: bool) -> str:
-    """The prompt with the note ahead of it, for engines without a system-prompt flag."""
-    return f"[{note(structured)}]\n\n{prompt}"
+def instructions(structured: bool, system: str | None) -> str:
+    """A project agent type's system prompt (its file's body), then the note; the note alone
+    without one."""
+    return f"{system}\n\n{note(structured)}" if system else note(structured)
+
+
+def framed_prompt(prompt: str, structured: bool, system: str | None = None) -> str:
+    """The prompt with the note (and an agent type's system prompt) ahead of it, for
+    engines without a system-prompt flag."""
+    return f"[{instructions(structured, system)}]\n\n{prompt}"

@@ -42,7 +42,7 @@ class CodexThink(InDaemon):
         io.started({})
         stream = codex.CodexStream()
         emit = emitter(io, stream.feed)
-        body = json.dumps(tr.body(job.model, job.prompt, job.schema, job.effort)).encode()
+        body = json.dumps(tr.body(job.model, job.prompt, job.schema, job.effort, job.system_prompt)).encode()
         reply = tr.Reply(input_estimate=len(body) // 4)
         stop: list[str] = []
 

@@ -78,10 +78,12 @@ def headers(api_key: str, base_url: str | None, run_id: str, n: int, label: str,
 
 
 def body(model: str, prompt: str, schema: dict[str, Any] | None, effort: str | None,
-         history: list[dict[str, Any]]) -> dict[str, Any]:
+         history: list[dict[str, Any]], system: str | None = None) -> dict[str, Any]:
+    """`system`: a project agent type's body, the system prompt before the framing note."""
     out: dict[str, Any] = {
         "model": model, "max_tokens": max_tokens(model), "stream": True,
-        "system": [{"type": "text", "text": framing.note(schema is not None)}],
+        "system": [*([{"type": "text", "text": system}] if system else []),
+                   {"type": "text", "text": framing.note(schema is not None)}],
         "messages": [{"role": "user", "content": prompt}, *history],
         "tools": [{"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": schema}] if schema else [],
     }

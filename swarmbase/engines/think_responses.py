@@ -38,9 +38,10 @@ def headers(token: str, run_id: str, n: int, label: str) -> dict[str, str]:
             "x-gate-counterparty": f"{n}:{header_safe(label)}"}
 
 
-def body(model: str | None, prompt: str, schema: dict[str, Any] | None, effort: str | None) -> dict[str, Any]:
+def body(model: str | None, prompt: str, schema: dict[str, Any] | None, effort: str | None,
+         system: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "model": model, "instructions": framing.note(schema is not None),
+        "model": model, "instructions": framing.instructions(schema is not None, system),
         "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": prompt}]}],
         "tools": [], "tool_choice": "auto", "parallel_tool_calls": False, "store": False, "stream": True,
     }

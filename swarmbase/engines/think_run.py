@@ -119,7 +119,7 @@ class ClaudeThink(InDaemon):
         budget = False
         while requests < tm.MAX_TURNS:
             requests += 1
-            body = json.dumps(tm.body(model, job.prompt, job.schema, job.effort, history)).encode()
+            body = json.dumps(tm.body(model, job.prompt, job.schema, job.effort, history, job.system_prompt)).encode()
             reply, out, cap = await self._request(job, io, turn, headers, body, emit)
             if reply.started:
                 turn.responses += 1

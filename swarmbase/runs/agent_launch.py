@@ -93,7 +93,7 @@ class AgentLauncher:
                        extra_read=(wt.common,) if wt else (), extra_write=(wt.path, wt.gitdir) if wt else (),
                        state_dirs=state_dirs, cwd_roots=roots, caller_paths=caller_paths,
                        network=tuple(live.caller.network), disallowed_tools=o.disallowed_tools,
-                       caller=run.caller)
+                       caller=run.caller, system_prompt=o.system_prompt)
         try:
             return await self._turns(live, a, job)
         finally:

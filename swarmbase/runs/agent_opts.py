@@ -18,8 +18,10 @@ from ..config import DEFAULT_ENGINE, ENGINES, PLACEMENTS, PROFILES, Caller, Conf
 from ..defaults import NO_ENGINE_FIX
 from ..engines.base import TOKEN_BUDGETED, Engine
 from ..jsonvalue import Json, JsonObject
+from .. import prices
 from . import journal
 from .model import Run
+from .project_agents import NO_PROJECT_AGENTS, AgentFile, AgentFileError, ProjectAgents, profile_within
 
 EFFORTS = ("low", "medium", "high", "xhigh", "max")
 # Claude Code's options first (label, phase, schema, model, effort, isolation, agentType),
@@ -69,6 +71,12 @@ class AgentOptions:
     # with a "did you mean" for a near miss), and the tools the agent must not have.
     ignored: tuple[str, ...] = ()
     disallowed_tools: tuple[str, ...] = ()
+    # A project agent type (.claude/agents/<name>.md): its body is the agent's system prompt,
+    # its hash is in the key (an edited file re-runs on resume), and what the run log is told
+    # about how the file was applied (tools narrowed, a model not allowed).
+    system_prompt: str | None = None
+    agent_file: str | None = None          # the file's sha256
+    type_notes: tuple[str, ...] = ()
 
     def key_material(self, prompt: str, args_digest: str, workflow: str | None = None) -> str:
         """The content key of this call (before its occurrence index); a nested workflow's
@@ -78,6 +86,8 @@ class AgentOptions:
             extra["disallowedTools"] = sorted(self.disallowed_tools)
         if self.agent_type is not None:
             extra["agentType"] = self.agent_type
+        if self.agent_file is not None:
+            extra["agentFile"] = self.agent_file
         return journal.base_key(engine=self.engine, model=self.model, profile=self.profile, effort=self.effort,
                                 schema=self.schema, cwd=self.cwd, prompt=prompt, args_digest=args_digest,
                                 workflow=workflow, **extra)
@@ -138,12 +148,13 @@ def unknown_option(what: str, name: Json, known: tuple[str, ...]) -> str:
 
 def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config, n: int,
             default_timeout_ms: int, engines: Mapping[str, Engine], profile: str | None = None,
-            phase_model: str | None = None) -> AgentOptions:
+            phase_model: str | None = None, project_types: ProjectAgents = NO_PROJECT_AGENTS) -> AgentOptions:
     """`engines`: the daemon's engines by name (what each takes: schema size, models, token
     budget, placements). `profile`: the calling script's profile (a nested workflow's may
     be lower than the run's): the default for agents, and their ceiling besides the
     caller's maxProfile. `phase_model`: the model the agent's declared phase names
-    (meta.phases[].model), the default before the run's for an engine that takes it."""
+    (meta.phases[].model), the default before the run's for an engine that takes it.
+    `project_types`: the run's project's agent types, read when the run started."""
     if not isinstance(prompt, str) or not prompt:
         raise OptionError("agent(): the prompt must be a non-empty string")
     if len(prompt) > MAX_PROMPT_CHARS:
@@ -164,6 +175,10 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
     if not cfg.engines.configured(engine) or engine not in engines:
         raise OptionError(f"agent(): engine {engine!r} is not configured on this daemon")
     eng = engines[engine]
+    agent_type = opts.get("agentType")
+    type_file = _agent_type(agent_type, project_types) if agent_type is not None else None
+    notes: list[str] = []
+    allowed = caller.models.for_engine(engine)
     model = opts.get("model")
     if model is not None:
         _type("model", model, str, "a string")
@@ -171,7 +186,16 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
             raise OptionError("agent(): opts.model must be 1-200 characters")
     else:
         model = eng.default_model(caller, run.model, phase_model)
-    allowed = caller.models.for_engine(engine)
+        if type_file is not None and type_file.model is not None and engine == DEFAULT_ENGINE:
+            # The file's model, by the full name its alias stands for (`sonnet`), when the
+            # caller may use it; else the run's model, said in the run log (the file is the
+            # project's, the allowlist the operator's).
+            named = prices.ALIASES.get(type_file.model, type_file.model)
+            if model_allowed(named, allowed):
+                model = named
+            else:
+                notes.append(f"agent type {agent_type!r} names model {type_file.model!r}, which caller "
+                             f"{caller.name!r} may not use; it runs on {model or eng.cli_default_model!r}")
     shown = model or eng.cli_default_model or ""
     if not model_allowed(shown, allowed):
         raise OptionError(f"agent(): model {shown!r} is not allowed for caller "
@@ -184,15 +208,19 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
     effort = opts.get("effort", run.effort)
     if effort is not None and effort not in EFFORTS:
         raise OptionError(f"agent(): opts.effort must be one of {', '.join(EFFORTS)}, got {str(effort)[:50]!r}")
-    agent_type = opts.get("agentType")
-    if agent_type is not None:
-        _type("agentType", agent_type, str, "a string")
-        if agent_type not in AGENT_TYPES:
-            raise OptionError(f"agent({{agentType}}): agent type {agent_type[:100]!r} not found. Available agents: "
-                              f"{', '.join(AGENT_TYPES)}")
     scope_profile = profile or run.profile
-    type_ceiling = AGENT_TYPES.get(agent_type) if agent_type else None
-    if type_ceiling and "profile" not in opts and PROFILES.index(scope_profile) > PROFILES.index(type_ceiling):
+    type_ceiling = type_file.profile if type_file is not None else AGENT_TYPES.get(agent_type) if agent_type else None
+    if type_file is not None and "profile" not in opts:
+        # A project type gets the least profile its tools need, within the caller's
+        # maxProfile (and a nested workflow's profile): never above, and said when narrowed.
+        ceiling = caller.maxProfile if scope_profile == run.profile else \
+            PROFILES[min(PROFILES.index(caller.maxProfile), PROFILES.index(scope_profile))]
+        scope_default, narrowed = profile_within(type_file.profile, ceiling)
+        if narrowed:
+            notes.append(f"agent type {agent_type!r} ({type_file.path}) needs the {type_file.profile} profile for "
+                         f"its tools; it runs as {scope_default}, the most this " +
+                         ("caller's maxProfile" if ceiling == caller.maxProfile else "workflow's profile") + " allows")
+    elif type_ceiling and "profile" not in opts and PROFILES.index(scope_profile) > PROFILES.index(type_ceiling):
         scope_default = type_ceiling
     else:
         scope_default = scope_profile
@@ -204,15 +232,20 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
     if scope_profile != run.profile and PROFILES.index(profile) > PROFILES.index(scope_profile):
         raise OptionError(f"agent(): profile {profile!r} is above this workflow's profile {scope_profile!r}")
     if type_ceiling and PROFILES.index(profile) > PROFILES.index(type_ceiling):
-        raise OptionError(f"agent(): agentType {agent_type!r} is read-only; profile {profile!r} is above "
-                          f"{type_ceiling!r}")
+        raise OptionError(f"agent(): agentType {agent_type!r} is " +
+                          (f"limited to {type_ceiling!r} by its tools" if type_file else "read-only") +
+                          f"; profile {profile!r} is above {type_ceiling!r}")
     disallowed = opts.get("disallowedTools")
     if disallowed is not None:
         if not isinstance(disallowed, list) or not all(isinstance(t, str) and 0 < len(t) <= 200 for t in disallowed):
             raise OptionError("agent(): opts.disallowedTools must be an array of tool names")
         disallowed = tuple(dict.fromkeys(disallowed))
-        while profile in PROFILE_OWN_TOOLS and set(PROFILE_OWN_TOOLS[profile]) <= set(disallowed):
-            profile = PROFILES[PROFILES.index(profile) - 1]
+    if type_file is not None and type_file.tools is not None:
+        # The profile's tools the file does not name are not offered (the file's list is exact).
+        unnamed = [t for own in PROFILE_OWN_TOOLS.values() for t in own if t not in type_file.tools]
+        disallowed = tuple(dict.fromkeys([*(disallowed or ()), *unnamed]))
+    while disallowed and profile in PROFILE_OWN_TOOLS and set(PROFILE_OWN_TOOLS[profile]) <= set(disallowed):
+        profile = PROFILES[PROFILES.index(profile) - 1]
     schema = opts.get("schema")
     if schema is not None:
         _type("schema", schema, dict, "a JSON Schema object")
@@ -282,7 +315,24 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
                         max_usd=float(max_usd) if max_usd is not None else None, max_tokens=max_tokens,
                         cwd=cwd, label=label[:200], timeout_ms=timeout_ms, isolation=isolation, base=base,
                         detail=detail, schema_retries=retries, placement=placement, phase=phase,
-                        agent_type=agent_type, ignored=ignored, disallowed_tools=disallowed or ())
+                        agent_type=agent_type, ignored=ignored, disallowed_tools=disallowed or (),
+                        system_prompt=type_file.prompt if type_file else None,
+                        agent_file=type_file.sha256 if type_file else None, type_notes=tuple(notes))
+
+
+def _agent_type(name: Json, project_types: ProjectAgents) -> AgentFile | None:
+    """Claude Code's order: the project's `.claude/agents` first, then the built-in types
+    (None: a built-in one). A malformed file fails the agents naming it with file:line."""
+    _type("agentType", name, str, "a string")
+    assert isinstance(name, str)
+    try:
+        found = project_types.find(name)
+    except AgentFileError as e:
+        raise OptionError(f"agent({{agentType}}): agent type {name[:100]!r} cannot be used: {e}") from None
+    if found is None and name not in AGENT_TYPES:
+        raise OptionError(f"agent({{agentType}}): agent type {name[:100]!r} not found. Available agents: "
+                          f"{', '.join([*project_types.types, *AGENT_TYPES])}")
+    return found
 
 
 def object_root(schema: JsonObject) -> None:

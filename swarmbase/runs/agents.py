@@ -80,7 +80,8 @@ class Agents:
             live.worktree_agents += 1
         try:
             o = resolve(prompt, opts, live.run, live.caller, self.cfg, n, self.cfg.agentTimeoutMs, self.engines,
-                        profile=scope.profile, phase_model=live.phase_model(path, phase))
+                        profile=scope.profile, phase_model=live.phase_model(path, phase),
+                        project_types=live.project_agents)
         except NoRepository as e:
             live.no_repository.append(str(e))
             return Ticket(n=n, error=str(e))
@@ -93,6 +94,8 @@ class Agents:
             live.record_log(f"agent {n} ({o.label}): ignored option{'s' if len(o.ignored) > 1 else ''} "
                             f"{', '.join(o.ignored)}: SwarmBase does not know "
                             f"{'them' if len(o.ignored) > 1 else 'it'}", "warn")
+        for note in o.type_notes:
+            live.record_log(f"agent {n} ({o.label}): {note}", "warn")
         key = scope.keys.key(o.key_material(prompt, scope.args_digest, workflow=path or None))
         if key not in live.replay and n <= self.cfg.maxAgentsPerRun:
             live.slots.register(n)

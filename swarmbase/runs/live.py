@@ -27,6 +27,7 @@ from .env import RunEnv
 from .journal import Journal, KeyCounter
 from .model import Run
 from .pending import Pending
+from .project_agents import NO_PROJECT_AGENTS, ProjectAgents
 from .records import ENDED, AgentRecord
 from .slots import RunSlots
 
@@ -70,6 +71,8 @@ class LiveRun:
     # a run whose every worktree agent was refused so is failed, not completed.
     worktree_agents: int = 0
     no_repository: list[str] = attrs.Factory(list)
+    # The project's agent types (.claude/agents), read when the run starts (supervisor._run).
+    project_agents: ProjectAgents = NO_PROJECT_AGENTS
     finished: trio.Event = attrs.Factory(trio.Event)
     usd: BudgetGate = attrs.field(default=None)
     tokens: BudgetGate = attrs.field(default=None)     # the token budget (token-budgeted engines)

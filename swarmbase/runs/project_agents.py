@@ -8,7 +8,7 @@ not that fails with its file and line instead of meaning something else.
 
 Pure: `parse` turns text into an AgentFile; `scan` reads a project's directory once (when a
 run starts: the hashes pin what its agents saw, so an edited file re-runs on resume).
-Issue 28 item 2; wiring into agent() is the next step.
+`runs/agent_opts.resolve` looks a call's `agentType` up here before the built-in types.
 """
 
 from __future__ import annotations
@@ -133,6 +133,9 @@ class ProjectAgents:
         if name in self.broken:
             raise self.broken[name]
         return None
+
+
+NO_PROJECT_AGENTS = ProjectAgents({}, {})
 
 
 def scan(project: Path) -> ProjectAgents:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Mapping
 
 import trio
@@ -29,7 +30,7 @@ from ..script.host import ScriptOutcome
 from . import boot, flush
 from . import deferred as deferred_mod
 from . import journal as journal_mod
-from . import run_opts
+from . import project_agents, run_opts
 from .agent_opts import EFFORTS  # noqa: F401  (re-exported for the tool schemas)
 from .agent_service import AgentService
 from .ending import Stop, end_of, result_unsaved
@@ -230,6 +231,9 @@ class Supervisor:
             with live.scope:
                 run.set_status("running", time.time())
                 live.changed()
+                if run.repository is not None:
+                    # Its agent types as they are now: the hashes pin what this run's agents saw.
+                    live.project_agents = await trio.to_thread.run_sync(project_agents.scan, Path(run.repository))
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(flush.loop, live)
                     with trio.move_on_after((run.timeout_ms or cfg.runTimeoutMs) / 1000) as deadline:

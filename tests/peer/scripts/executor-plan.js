@@ -4,7 +4,7 @@ export const meta = {
   phases: [{ title: 'Plan' }, { title: 'Execute' }, { title: 'Review' }],
 }
 
-// needs issue 28 item 2: the project's agent types (.claude/agents/executor.md, reviewer.md).
+// uses the project's agent types (.claude/agents/executor.md, reviewer.md).
 const GOAL = typeof args === 'string' ? args : 'add a zero check to div()'
 
 const PLAN = {

@@ -4,7 +4,7 @@ export const meta = {
   phases: [{ title: 'Review' }, { title: 'Collect' }],
 }
 
-// needs issue 28 item 2: agentType 'reviewer' is the project's .claude/agents/reviewer.md.
+// agentType 'reviewer' is the project's .claude/agents/reviewer.md.
 const FILES = ['src/calc.py', 'src/parse.py']
 phase('Review')
 const notes = await parallel(FILES.map((f) => () =>
