@@ -14,7 +14,9 @@ Order of a reload, and why:
    it: a record must never show one).
 4. Open sessions: a removed caller's is closed with 4003, a rotated token's with 4004 (at
    once: the old token is worthless from the swap on, since new connections match the new
-   Config); every other session gets its new Caller, so its next run uses the new limits.
+   Config), each judged by the token it connected with; a connection matched before the
+   swap is judged again when it registers (Session.serve). Every other session gets its
+   new Caller, so its next run uses the new limits.
 5. The outcome is logged (one line) and written to <state>/reload-status.json, which is
    how `swarmbase reload` learns it (reload_cli.py).
 
@@ -131,9 +133,13 @@ def swap(services: Any, new: Config) -> None:
         services.env.redact.add(secret)
 
 
-async def close_sessions(hub: Any, plan: reload.Plan) -> None:
-    for name, session in list(hub.sessions.items()):
-        verdict = reload.session_verdict(plan, name)
+async def close_sessions(hub: Any, cfg: Config) -> None:
+    """Judge every open session by its own token against `cfg` (reload.session_verdict).
+    Called right after the swap, with no checkpoint between: a session registering later
+    is checked against `cfg` at registration (Session.serve)."""
+    for session in hub.open_sessions():
+        name = session.caller_name
+        verdict = reload.session_verdict(cfg, name, session.token_sha256)
         if isinstance(verdict, tuple):
             log.info("closing the session of caller %s: %s", name, verdict[1])
             await session.close(*verdict)
@@ -201,7 +207,7 @@ async def _reload(services: Any, running: Config, read_at: float) -> reload.Plan
     clock.mark("plan")
     swap(services, plan.config)
     clock.mark("swap")
-    await close_sessions(services.hub, plan)
+    await close_sessions(services.hub, plan.config)
     clock.mark("sessions")
     # Callers that now have a spend quota: count their month from the records first (their
     # runs are refused as pending meanwhile; runs/quota.py).

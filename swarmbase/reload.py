@@ -17,6 +17,7 @@ refused here, not fail at its first agent.
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
 import attrs
@@ -91,15 +92,17 @@ def plan(running: Config, loaded: Config) -> Plan:
                 needs_restart=restart)
 
 
-def session_verdict(plan: Plan, name: str) -> tuple[int, str] | Caller:
-    """What becomes of an open session of caller `name`: its new Caller (it goes on, and
-    its next runs use the new settings), or the (close code, reason) it is closed with."""
-    if name in plan.removed:
+def session_verdict(cfg: Config, name: str, token_sha256: str) -> tuple[int, str] | Caller:
+    """What becomes of an open session of caller `name` under `cfg`, judged by the token it
+    connected with (not by what this reload changed: a session that registered while an
+    earlier reload swapped, or that only an older config matched, is caught too): its new
+    Caller (it goes on, and its next runs use the new settings), or the (close code,
+    reason) it is closed with."""
+    caller = cfg.caller(name)
+    if caller is None:
         return CLOSE_CALLER_REMOVED, "the caller was removed from the daemon's config"
-    if name in plan.rotated:
+    if not hmac.compare_digest(caller.tokenSha256, token_sha256):
         return CLOSE_TOKEN_ROTATED, "the caller's token was rotated; reconnect with the new token"
-    caller = plan.config.caller(name)
-    assert caller is not None
     return caller
 
 

@@ -54,12 +54,14 @@ def test_plan_names_what_changed(tmp_path: Path) -> None:
     assert p.applied == ("agentTimeoutMs",) and p.needs_restart == ("port", "maxConcurrentAgents")
     assert p.config.port == old.port and p.config.maxConcurrentAgents == old.maxConcurrentAgents
     assert p.config.agentTimeoutMs == 5000 and p.config.caller("alice").runUsdMax == 7.0
-    assert reload.session_verdict(p, "bob") == (reload.CLOSE_TOKEN_ROTATED,
-                                                "the caller's token was rotated; reconnect with the new token")
-    assert reload.session_verdict(p, "alice") is p.config.caller("alice")
+    # A session is judged by the token it connected with, against the new config.
+    assert reload.session_verdict(p.config, "bob", old.callers[1].tokenSha256) == (
+        reload.CLOSE_TOKEN_ROTATED, "the caller's token was rotated; reconnect with the new token")
+    assert reload.session_verdict(p.config, "bob", "b" * 64) is p.config.caller("bob")
+    assert reload.session_verdict(p.config, "alice", old.callers[0].tokenSha256) is p.config.caller("alice")
     gone = reload.plan(new, attrs.evolve(new, callers=[alice]))
     assert gone.removed == ("bob", "carol")
-    assert reload.session_verdict(gone, "carol")[0] == reload.CLOSE_CALLER_REMOVED
+    assert reload.session_verdict(gone.config, "carol", "c" * 64)[0] == reload.CLOSE_CALLER_REMOVED
     assert reload.plan(old, old).summary() == "config reloaded: nothing changed"
 
 

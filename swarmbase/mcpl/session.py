@@ -19,7 +19,7 @@ from typing import Any, Hashable, Protocol
 import trio
 
 from ..jsonvalue import object_at
-from .. import __version__
+from .. import __version__, reload
 from ..config import Caller, Config
 from ..notify.delivery import Delivery
 from ..notify.outbox import Outbox
@@ -74,12 +74,17 @@ class Hub:
         self._reported.add(key)
         return True
 
-    async def attach(self, session: "Session") -> None:
+    def attach(self, session: "Session") -> "Session | None":
+        """Register `session`; the session of its caller it replaces (for the caller to
+        close), if any. Synchronous, so the token check just before it and the
+        registration see the same config."""
         assert session.caller is not None
         old = self.sessions.get(session.caller.name)
         self.sessions[session.caller.name] = session
-        if old is not None and old is not session:
-            await old.close(CLOSE_REPLACED, "replaced by a newer connection of the same caller")
+        return old if old is not session else None
+
+    def open_sessions(self) -> list["Session"]:
+        return list(self.sessions.values())
 
     async def drain(self) -> None:
         """Shutdown: every connected host gets what is pending for it, and the answers to
@@ -102,6 +107,9 @@ class Session:
                  outbox: Outbox, hub: Hub, rng: random.Random | None = None) -> None:
         self.t = transport
         self.caller = caller
+        # The hash of the token this connection presented (the one its caller had when it
+        # was matched): every reload, and the registration, judge the session by it.
+        self.token_sha256 = caller.tokenSha256 if caller is not None else ""
         self.sup = sup
         self.outbox = outbox
         self.hub = hub
@@ -116,6 +124,7 @@ class Session:
         self._waiting: dict[int, trio.MemorySendChannel[Response]] = {}
         self._send_lock = trio.Lock()
         self._closed = False
+        self._scope = trio.CancelScope()     # serve() runs in it; close() cancels it
 
     # -- plumbing -----------------------------------------------------------
     async def send(self, msg: dict[str, Any]) -> None:
@@ -123,6 +132,8 @@ class Session:
             await self.t.send(jsonrpc.dumps(msg))
 
     async def close(self, code: int, reason: str) -> None:
+        """Send the close frame and stop serving, whether or not the frame could be sent: a
+        session the daemon closed must never answer again (issue 31.7)."""
         if self._closed:
             return
         self._closed = True
@@ -130,6 +141,8 @@ class Session:
             await self.t.close(code, reason)
         except Exception:  # the peer may already be gone
             pass
+        finally:
+            self._scope.cancel()
 
     async def request(self, method: str, params: Any) -> Response:
         """A request to the host, and its answer (read by the read loop); the caller bounds
@@ -161,17 +174,31 @@ class Session:
 
     # -- main loop ------------------------------------------------------------
     async def serve(self) -> None:
-        try:
+        with self._scope:
+            if self._closed:
+                return
             if self.caller is None:
                 await self._refuse()
                 return
-            await self.hub.attach(self)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.delivery.run)
-                await self._read_loop(nursery)
-                nursery.cancel_scope.cancel()
-        finally:
-            self.hub.detach(self)
+            # A reload may have swapped the config since the token was matched (and judged
+            # the open sessions without this one): check the token against the live config
+            # and register with no checkpoint between.
+            verdict = reload.session_verdict(self.sup.env.cfg, self.caller.name, self.token_sha256)
+            if isinstance(verdict, tuple):
+                log.info("closing a new session of caller %s: %s", self.caller.name, verdict[1])
+                await self.close(*verdict)
+                return
+            self.caller = verdict
+            replaced = self.hub.attach(self)
+            try:
+                if replaced is not None:
+                    await replaced.close(CLOSE_REPLACED, "replaced by a newer connection of the same caller")
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self.delivery.run)
+                    await self._read_loop(nursery)
+                    nursery.cancel_scope.cancel()
+            finally:
+                self.hub.detach(self)
 
     async def _refuse(self) -> None:
         """Bad or missing token: the first frame, whatever it is (a request, a notification,

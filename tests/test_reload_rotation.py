@@ -1,0 +1,184 @@
+"""A rotated token's session closes every time (issue 31 item 7).
+
+The field saw 3 of 8 rotation-only reloads leave the session open, answering `tools/list`
+with a token the daemon no longer accepts. The real daemon process here rotates one
+caller's token 12 times; each round a freshly attached session is kept busy with requests
+while the reload runs, and must be closed with 4004. The holes that can leave a session
+open are pinned one by one in-process below (a session registering while the reload
+swaps, a session whose token an earlier config matched, a close frame that cannot be
+sent), each against the real Session and Hub."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import secrets
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from swarmbase import config, live_reload, reload
+from swarmbase.client import ConnectionLost, RpcFailure, connect
+from swarmbase.mcpl.session import Hub, Session
+from swarmbase.notify.outbox import Outbox
+
+from .clidaemon import cli_daemon, fake_cli_config
+from .conftest import write_config
+from .test_reload import edit_config, new_token, sighup_and_wait
+
+
+async def keep_busy(h: Any) -> None:
+    """tools/list until the connection ends: the reload's close meets sends in flight."""
+    try:
+        while True:
+            await h.request("tools/list")
+    except (ConnectionLost, RpcFailure, trio.BrokenResourceError, trio.ClosedResourceError):
+        return
+    except Exception as e:          # trio-websocket's ConnectionClosed on a send after the close
+        if type(e).__name__ != "ConnectionClosed":
+            raise
+
+
+@pytest.mark.timeout(300)
+async def test_twelve_rotations_close_the_attached_session_with_4004_each_time(tmp_path: Path) -> None:
+    path, tokens = fake_cli_config(tmp_path, callers=("alice", "dave"), sandbox="none")
+    state = path.parent
+    token = tokens["dave"]
+    with trio.fail_after(240):
+        async with cli_daemon(path) as d, connect(d.ws, tokens["alice"]) as alice:
+            await alice.handshake()
+            for round_ in range(12):
+                async with connect(d.ws, token) as dave, trio.open_nursery() as n:
+                    await dave.handshake()
+                    assert (await dave.request("tools/list"))["tools"]
+                    n.start_soon(keep_busy, dave)
+                    new_tok, new_sha = new_token(state, "dave")
+                    edit_config(path, lambda cfg: [c.update(tokenSha256=new_sha) for c in cfg["callers"]
+                                                   if c["name"] == "dave"])
+                    st = await sighup_and_wait(d, state)
+                    assert st["ok"] and st["message"] == "config reloaded: rotated the token of caller dave", st
+                    with trio.fail_after(20):
+                        await dave.closed_event.wait()
+                    assert dave.closed is not None, f"round {round_}: the connection ended without a close frame"
+                    assert (dave.closed.reason.code, dave.closed.reason.reason) == (
+                        4004, "the caller's token was rotated; reconnect with the new token"), round_
+                # The old token is refused; the other caller's session never noticed.
+                async with connect(d.ws, token) as old:
+                    with pytest.raises((RpcFailure, ConnectionLost)):
+                        await old.handshake()
+                token = new_tok
+                assert await alice.request("ping") == {}
+            assert not alice.closed_event.is_set()
+
+
+# -- the holes, in-process ----------------------------------------------------------------
+
+@attrs.define
+class Wire:
+    """A Transport whose peer is the test: frames in through `inbox`, out into `sent`."""
+    inbox_send: trio.MemorySendChannel[str]
+    inbox: trio.MemoryReceiveChannel[str]
+    sent: list[str] = attrs.Factory(list)
+    closes: list[tuple[int, str]] = attrs.Factory(list)
+    close_fails: bool = False
+
+    @classmethod
+    def new(cls, close_fails: bool = False) -> "Wire":
+        s, r = trio.open_memory_channel[str](100)
+        return cls(s, r, close_fails=close_fails)
+
+    async def send(self, text: str) -> None:
+        self.sent.append(text)
+
+    async def receive(self) -> str | bytes:
+        return await self.inbox.receive()
+
+    async def close(self, code: int, reason: str) -> None:
+        self.closes.append((code, reason))
+        if self.close_fails:
+            raise OSError("the close frame could not be sent")
+
+
+@attrs.define
+class FakeEnv:
+    cfg: config.Config
+
+
+@attrs.define
+class FakeSup:
+    env: FakeEnv
+
+
+def configs(tmp_path: Path) -> tuple[config.Config, config.Config, dict[str, str]]:
+    """The running config and one where dave's token is rotated."""
+    path, tokens = write_config(tmp_path / "state", callers=["alice", "dave"])
+    old = config.load(path)
+    tok = secrets.token_hex(24)
+    rotated = attrs.evolve(old, callers=[
+        attrs.evolve(c, tokenSha256=hashlib.sha256(tok.encode()).hexdigest()) if c.name == "dave" else c
+        for c in old.callers])
+    return old, rotated, tokens
+
+
+def session(wire: Wire, cfg: config.Config, sup: FakeSup, hub: Hub, name: str, tmp_path: Path) -> Session:
+    caller = cfg.caller(name)
+    return Session(wire, caller, sup, Outbox(tmp_path / "outbox.jsonl"), hub,   # type: ignore[arg-type]
+                   rng=random.Random(0))
+
+
+async def test_a_session_registering_after_the_swap_with_a_token_the_old_config_matched_is_closed(
+        tmp_path: Path) -> None:
+    # The connection matched its token against the running config; the reload swapped and
+    # judged the open sessions before this one registered: it must not slip in.
+    old, rotated, _ = configs(tmp_path)
+    sup, hub, wire = FakeSup(FakeEnv(old)), Hub(), Wire.new()
+    s = session(wire, old, sup, hub, "dave", tmp_path)
+    sup.env.cfg = rotated
+    await live_reload.close_sessions(hub, reload.plan(old, rotated).config)
+    with trio.fail_after(5):
+        await s.serve()             # returns: closed at registration, never reading a frame
+    assert wire.closes == [(4004, "the caller's token was rotated; reconnect with the new token")]
+    assert not hub.sessions
+
+
+async def test_a_session_an_earlier_config_matched_is_judged_by_its_own_token(tmp_path: Path) -> None:
+    # The plan compares the running config with the new one; a session whose token only an
+    # older config matched is still closed (its own token against the new config).
+    old, rotated, _ = configs(tmp_path)
+    sup, hub, wire = FakeSup(FakeEnv(old)), Hub(), Wire.new()
+    s = session(wire, old, sup, hub, "dave", tmp_path)
+    async with trio.open_nursery() as n:
+        n.start_soon(s.serve)
+        await trio.testing.wait_all_tasks_blocked()
+        assert hub.sessions
+        sup.env.cfg = rotated
+        # A later reload changing something else: dave is not in its `rotated`.
+        later = attrs.evolve(rotated, maxAgentsPerRun=rotated.maxAgentsPerRun + 1)
+        await live_reload.close_sessions(hub, reload.plan(rotated, later).config)
+        with trio.fail_after(5):
+            while hub.sessions:
+                await trio.sleep(0.01)
+    assert wire.closes == [(4004, "the caller's token was rotated; reconnect with the new token")]
+
+
+async def test_a_close_frame_that_cannot_be_sent_still_stops_the_session(tmp_path: Path) -> None:
+    old, rotated, _ = configs(tmp_path)
+    sup, hub, wire = FakeSup(FakeEnv(old)), Hub(), Wire.new(close_fails=True)
+    s = session(wire, old, sup, hub, "dave", tmp_path)
+    async with trio.open_nursery() as n:
+        n.start_soon(s.serve)
+        await trio.testing.wait_all_tasks_blocked()
+        sup.env.cfg = rotated
+        await live_reload.close_sessions(hub, reload.plan(old, rotated).config)
+        with trio.fail_after(5):
+            while hub.sessions:
+                await trio.sleep(0.01)
+        # Nothing more is answered: a request after the failed close gets no reply.
+        sent = len(wire.sent)
+        await wire.inbox_send.send('{"jsonrpc":"2.0","id":1,"method":"ping"}')
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(wire.sent) == sent
+    assert wire.closes == [(4004, "the caller's token was rotated; reconnect with the new token")]
