@@ -128,7 +128,8 @@ async def test_the_run_tool_takes_the_workflow_call_shape(tmp_path: Path, nurser
                                              {"script": "export const meta = { name: n, description: 'd' }"})]
     texts = [r["content"][0]["text"] for r in refused]
     assert all(r["isError"] for r in refused)
-    assert "no saved workflow named 'nope'. Available: saved" in texts[0]
+    assert "no workflow named 'nope' in the saved workflows (this run has no project). Available: saved" \
+        in texts[0]
     assert "is not inside this caller's cwdRoots" in texts[1]
     assert "must be the FIRST statement" in texts[2] and "meta must be a pure literal" in texts[3]
     bad_save = call(env, "save_workflow", {"name": "bad", "script": "export const meta = { name: f() }"})

@@ -154,7 +154,8 @@ return out;""", timeout=60)
     res = result_of(env, run)
     assert "depth 2" in res["nested"] and "maxWorkflowDepth" in res["nested"]
     assert "cap of 3 workflows (maxWorkflowsPerRun in the daemon config lifts it)" in res["count"]
-    assert "workflow('nope'): no workflow with that name. Available: (none)" in res["saved"]
+    assert ("workflow('nope'): no workflow named 'nope' in the saved workflows (this run has no project). "
+            "Available: (none)") in res["saved"]
 
 
 async def test_saved_workflows_and_model_allowlist(tmp_path: Path, nursery: trio.Nursery, claude_bin: str,
@@ -167,7 +168,8 @@ async def test_saved_workflows_and_model_allowlist(tmp_path: Path, nursery: trio
     for d in (env.cfg.state_dir / "workflows", env.cfg.state_dir / "workflows" / "alice"):
         assert d.stat().st_mode & 0o777 == 0o700, d           # workflows/ names every caller: private too
     listed = tools.call(sup, alice, {"name": "workflows", "arguments": {}})["structuredContent"]["workflows"]
-    assert listed == [{"name": "summarize", "chars": len(text), "firstLine": "// Summarize args.text"}]
+    assert listed == [{"name": "summarize", "chars": len(text), "firstLine": "// Summarize args.text",
+                       "source": "saved"}]
     refused = tools.call(sup, alice, {"name": "run", "arguments": {"script": "return 1", "model": "claude-opus-5-5"}})
     assert refused["isError"] and "not allowed" in refused["content"][0]["text"]
     run = await run_to_end(env, """

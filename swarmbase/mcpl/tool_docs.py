@@ -42,8 +42,11 @@ MEANING: dict[tuple[str, str], str] = {
                         "Workflow language plus SwarmBase's extras"),
     ("run", "scriptPath"): ("Instead of script: an absolute path to a script file under your cwdRoots (the file at "
                             "most 1,000,000 characters); script wins if both are given"),
-    ("run", "name"): ("Instead of script: the name of one of your saved workflows (its save_workflow name or its "
-                      "meta.name; see the workflows tool)"),
+    ("run", "name"): ("Instead of script: a workflow's name (a file name without .js, or its meta.name), looked "
+                      "up as Claude Code does: the project's .claude/workflows/ first, then your saved workflows "
+                      "(save_workflow); see the workflows tool"),
+    ("workflows", "project"): ("The project whose .claude/workflows/ is listed beside your saved workflows: one of "
+                               "your projects by name, or a directory under your cwdRoots"),
     ("run", "resumeFromRunId"): ("Resume this ended run: with a script, every agent() call it makes as before "
                                  "replays from that run's journal; without one, that run's script runs again"),
     ("run", "title"): "The run's label (Claude Code's name for it; label wins if both are given)",
@@ -98,6 +101,8 @@ DEFAULTS: dict[tuple[str, str], Describe] = {
     ("run", "description"): lambda c, cfg: "none",
     ("run", "project"): lambda c, cfg: _project(c),
     ("run", "repository"): lambda c, cfg: "none (see project)",
+    ("workflows", "project"): lambda c, cfg: (f"your project {found[0]!r}" if (found := c.default_project())
+                                              else "none: only your saved workflows are listed"),
     ("run", "tokenTarget"): lambda c, cfg: "none (budget.total is null)",
     ("run", "args"): lambda c, cfg: None,
     ("run", "label"): lambda c, cfg: "the script's meta.name, else its leading // comment line, else \"untitled\"",

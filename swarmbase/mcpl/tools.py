@@ -11,7 +11,8 @@ import jsonschema
 from .. import data_frame, guide, progress_notice, usage
 from ..script import meta as script_meta
 from ..config import Caller
-from ..runs import workflow_call, workflows
+from ..runs import workflow_call, workflow_files, workflows
+from ..runs.run_opts import project_of
 from ..runs.model import STATUSES, TERMINAL
 from ..runs.store import DamagedFile
 from ..runs.supervisor import EFFORTS, RunRefused, Supervisor
@@ -117,9 +118,14 @@ TOOLS: list[dict[str, Any]] = [
     },
     {
         "name": "workflows",
-        "description": ("The caller's saved workflows with what their meta declares (name, description, whenToUse, "
-                        "phases). Run one with run {name} or from a script with workflow('name', args)."),
-        "inputSchema": {"type": "object", "properties": {}, "additionalProperties": False},
+        "description": ("The workflows a run can name: the project's .claude/workflows/*.js (source \"project\") "
+                        "and the caller's saved ones (source \"saved\"; \"shadowed\" when a project workflow "
+                        "answers to its name first, as in Claude Code), with what their meta declares (name, "
+                        "description, whenToUse, phases). Run one with run {name} or from a script with "
+                        "workflow('name', args)."),
+        "inputSchema": {"type": "object", "properties": {
+            "project": {"type": "string", "minLength": 1, "maxLength": 4096}},
+            "additionalProperties": False},
     },
     {
         "name": "save_workflow",
@@ -258,7 +264,12 @@ def _guide(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]
 
 
 def _workflows(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
-    return {"workflows": workflows.listing(sup.env.cfg.state_dir, caller.name)}
+    try:
+        name, project = project_of(caller, a.get("project"))
+    except RunRefused as e:
+        raise ToolError(str(e)) from None
+    listed = workflow_files.all_workflows(project, workflows.saved_dir(sup.env.cfg.state_dir, caller.name))
+    return {"project": project, "projectName": name, "workflows": listed}
 
 
 def _save_workflow(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:

@@ -3,8 +3,9 @@ shape `{script | scriptPath | name, args, resumeFromRunId, title, description}` 
 SwarmBase's own parameters, so a resident's habitual Workflow call works unchanged.
 
 - The script comes from `script`, else the file at `scriptPath` (under the caller's
-  cwdRoots), else the caller's saved workflow `name` (its file name or its meta.name) —
-  Claude Code's precedence when more than one is given.
+  cwdRoots), else the workflow `name` (a file name or a meta.name) of the run's project's
+  `.claude/workflows/`, else of the caller's saved workflows — Claude Code's precedence
+  when more than one is given, and its order of lookup.
 - `title` is the run's label (unless `label` is given too) and `description` its
   description; Claude Code ignores both, SwarmBase shows them.
 - `resumeFromRunId` resumes that run: with a script (edited or not) the new script runs
@@ -20,8 +21,9 @@ import attrs
 
 from ..config import Caller
 from ..jsonvalue import JsonObject
-from .run_opts import RunRefused
-from .workflows import WorkflowError, find_saved, listing, read_script_file
+from .run_opts import RunRefused, project_of
+from .workflow_files import WorkflowFileError, find_workflow, not_found
+from .workflows import WorkflowError, read_script_file, saved_dir
 
 # Passed to the supervisor as they are.
 PASSED = ("args", "label", "model", "effort", "profile", "budgetUsd", "budgetTokens", "keepWork", "timeoutMs",
@@ -44,7 +46,7 @@ def from_tool(a: JsonObject, caller: Caller, state_dir: Path) -> RunCall:
     resume = a.get("resumeFromRunId")
     if script is None and resume is None:
         raise RunRefused("provide the script: `script` (its text), `scriptPath` (a file under your cwdRoots) or "
-                         "`name` (a saved workflow; see the workflows tool), or `resumeFromRunId`")
+                         "`name` (a project's or saved workflow; see the workflows tool), or `resumeFromRunId`")
     return RunCall(params=params, resume_from=resume)
 
 
@@ -57,10 +59,14 @@ def _script(a: JsonObject, caller: Caller, state_dir: Path) -> str | None:
         except WorkflowError as e:
             raise RunRefused(str(e)) from None
     if "name" in a:
-        found = find_saved(state_dir, caller.name, a["name"])
+        # The project the run will work in (`project` wins over its older name, as in run_opts.asked).
+        _, project = project_of(caller, a["project"] if a.get("project") is not None else a.get("repository"))
+        saved = saved_dir(state_dir, caller.name)
+        try:
+            found = find_workflow(project, saved, a["name"])
+        except WorkflowFileError as e:
+            raise RunRefused(str(e)) from None
         if found is None:
-            names = [e["name"] for e in listing(state_dir, caller.name)]
-            raise RunRefused(f"no saved workflow named {a['name'][:100]!r}. Available: "
-                             f"{', '.join(names[:50]) or '(none)'} (save one with the save_workflow tool)")
-        return found[1]
+            raise RunRefused(not_found(a["name"], project, saved))
+        return found.script
     return None

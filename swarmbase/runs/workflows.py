@@ -17,7 +17,6 @@ import errno
 import hashlib
 import os
 import re
-import stat
 from pathlib import Path
 
 import attrs
@@ -33,15 +32,13 @@ from .journal import KeyCounter
 from .live import Bridge, LiveRun, script_budget
 from .records import AgentRecord
 from .scope import Scope
+from .workflow_files import MAX_SOURCE_CHARS, NAME, WorkflowFileError, find_workflow, not_found, read_text, \
+    saved_listing
 
-# A saved workflow's file name: matched whole (fullmatch), since `$` also matches before a
-# final newline and NAME.match("x\n") once let save_workflow write "x\n.js".
-NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 KNOWN = ("label", "budgetUsd", "budgetTokens", "profile")
 # Script text rather than a name: what no saved workflow's name has (a call, a statement,
 # an operator, a quote).
 SCRIPT_LIKE = re.compile(r"[;(){}=`'\"+*/<>!]|\breturn\b|\bawait\b")
-MAX_SOURCE_CHARS = 1_000_000
 
 
 class WorkflowError(ValueError):
@@ -109,12 +106,8 @@ def load_saved(state_dir: Path, caller: str, name: str) -> str:
 def find_saved(state_dir: Path, caller: str, name: str) -> tuple[str, str] | None:
     """(saved name, script) of the caller's saved workflow called `name`: its file name, or
     else the meta.name it declares (Claude Code finds saved workflows by meta.name)."""
-    if NAME.fullmatch(name) and (saved_dir(state_dir, caller) / f"{name}.js").is_file():
-        return name, load_saved(state_dir, caller, name)
-    for entry in listing(state_dir, caller):
-        if (entry.get("meta") or {}).get("name") == name:
-            return entry["name"], load_saved(state_dir, caller, entry["name"])
-    return None
+    found = find_workflow(None, saved_dir(state_dir, caller), name)
+    return (found.name, found.script) if found is not None else None
 
 
 def read_script_file(path: str, roots: list[str], what: str = "scriptPath") -> str:
@@ -136,36 +129,32 @@ def read_script_file(path: str, roots: list[str], what: str = "scriptPath") -> s
         raise WorkflowError(f"{what} {path[:200]!r} cannot be opened ({'a symbolic link' if e.errno == errno.ELOOP else e.strerror})"
                             ) from None
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise WorkflowError(f"{what} {path[:200]!r} is not a regular file")
-        data = f.read(MAX_SOURCE_CHARS * 4 + 1)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise WorkflowError(f"{what} {path[:200]!r} is not UTF-8 text") from None
-    if len(data) > MAX_SOURCE_CHARS * 4 or len(text) > MAX_SOURCE_CHARS:
-        raise WorkflowError(f"{what} {path[:200]!r} is larger than {MAX_SOURCE_CHARS:,} characters")
-    return text
+        try:
+            return read_text(f)
+        except WorkflowFileError as e:
+            raise WorkflowError(f"{what} {path[:200]!r} {e}") from None
 
 
-def _source(caller: Caller, source: Json, state_dir: Path) -> tuple[str, str | None]:
-    """(script text, default label) of a workflow() source: a saved workflow's name (Claude
-    Code's form; a string that is no saved name and looks like one is an error), {name},
-    {scriptPath} (under cwdRoots), or script text (SwarmBase's)."""
+def _source(caller: Caller, source: Json, state_dir: Path, project: str | None) -> tuple[str, str | None]:
+    """(script text, default label) of a workflow() source: a workflow's name, found in the
+    run's project then the saved workflows (Claude Code's form; a string found nowhere that
+    looks like a name is an error), {name}, {scriptPath} (under cwdRoots), or script text
+    (SwarmBase's)."""
     if isinstance(source, dict) and isinstance(source.get("scriptPath"), str):
         text = read_script_file(source["scriptPath"], caller.cwdRoots, "workflow({scriptPath})")
         return text, None
     name = source.get("name") if isinstance(source, dict) else source
     if not isinstance(name, str) or not name.strip():
         raise WorkflowError("workflow() expects a workflow name (string) or {scriptPath: string}")
-    found = find_saved(state_dir, caller.name, name)
+    saved = saved_dir(state_dir, caller.name)
+    try:
+        found = find_workflow(project, saved, name)
+    except WorkflowFileError as e:
+        raise WorkflowError(f"workflow('{name[:100]}'): {e}") from None
     if found is not None:
-        return found[1], found[0]
+        return found.script, found.name
     if isinstance(source, dict) or (len(name) <= 200 and "\n" not in name and not SCRIPT_LIKE.search(name)):
-        names = [e["name"] for e in listing(state_dir, caller.name)]
-        raise WorkflowError(f"workflow('{name[:100]}'): no workflow with that name. Available: "
-                            f"{', '.join(names[:50]) or '(none)'} (save one with the save_workflow tool)")
+        raise WorkflowError(f"workflow('{name[:100]}'): {not_found(name, project, saved)}")
     return name, None
 
 
@@ -181,7 +170,7 @@ def resolve(scope: Scope, source: Json, args: Json, opts: JsonObject, state_dir:
     unknown = [k for k in opts if k not in KNOWN]
     if unknown:
         raise WorkflowError(unknown_option("workflow()", unknown[0], KNOWN))
-    text, default_label = _source(scope.root.caller, source, state_dir)
+    text, default_label = _source(scope.root.caller, source, state_dir, scope.root.run.repository)
     if not text.strip():
         raise WorkflowError("workflow(): the workflow's script is empty")
     if len(text) > MAX_SOURCE_CHARS:
@@ -262,23 +251,5 @@ def save(state_dir: Path, caller: str, name: str, script: str) -> Path:
 
 
 def listing(state_dir: Path, caller: str) -> list[JsonObject]:
-    """The caller's saved workflows: name, size, first line, and what their meta block
-    declares (name, description, whenToUse, phases), read without running them."""
-    d = saved_dir(state_dir, caller)
-    out = []
-    if d.is_dir():
-        for p in sorted(d.glob("*.js")):
-            try:
-                text = p.read_text()
-            except (OSError, UnicodeDecodeError):
-                continue
-            first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-            entry: JsonObject = {"name": p.stem, "chars": len(text), "firstLine": first[:200]}
-            meta = script_meta.describe(text)
-            if meta:
-                entry["meta"] = meta
-                for key in ("description", "whenToUse"):
-                    if meta.get(key):
-                        entry[key] = meta[key]
-            out.append(entry)
-    return out
+    """The caller's saved workflows (workflow_files.describe says what an entry holds)."""
+    return saved_listing(saved_dir(state_dir, caller))
