@@ -112,7 +112,7 @@ def build_services(cfg: Config, agents: AgentService | None = None,
     others: dict[str, Launcher] = {}
     if cfg.placement.ray is not None:
         from .launch.ray import RayLauncher     # imports Ray itself only when it connects
-        ray = others["ray"] = RayLauncher(cfg)
+        ray = others["ray"] = RayLauncher(cfg, launcher.user_for)
     runs: dict[str, Run] = {}                    # the registry: the Supervisor's, read by the deny list
     engines, meter, key_door = build_engines(cfg, env.redact, env.store, runs)
     if agents is None:

@@ -10,6 +10,7 @@ kills the worker node. Waits are bounded with fail_after; nothing asserts a dura
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -19,9 +20,10 @@ from typing import Any, Iterator
 import pytest
 import trio
 
+from .conftest import give_to_sandbox
 from .fakes.anthropic_api import FakeAnthropic
-from .ray_daemon import (KEY, Daemon, ended, http_get, marked_processes, mcpl, rows, serve_api, start_run,
-                         wait_status, write_config)
+from .ray_daemon import (API_PORT, DAEMON_PORT, KEY, STATUS_PROBE, Daemon, ended, http_get, marked_processes, mcpl,
+                         rows, serve_api, start_run, wait_status, write_config)
 from .raycluster import RayCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -105,6 +107,7 @@ async def test_workspaces_shared_root_and_shipped_work_dir(cluster: RayCluster, 
     shared.mkdir(exist_ok=True)
     (shared / "seen.txt").write_text("on the shared mount\n")
     (shared / "gone.txt").write_text("x")
+    give_to_sandbox(shared, daemon.state)       # a write agent writes as its caller's uid, on a node too
     script = f"""
     const a = await agent('[[bash:cat seen.txt && echo edited > mine.txt]]', {{placement: 'ray', profile: 'write',
                           cwd: {json.dumps(str(shared))}}});
@@ -214,6 +217,31 @@ def plant_leftover(node_dir: Path, owner: str) -> "subprocess.Popen[bytes]":
     path = node_dir / "procs" / owner / "old-boot" / "planted.json"
     state.write_record(path, {"pgid": proc.pid, "startTime": state.start_time(proc.pid), "marker": mark})
     return proc
+
+
+async def test_a_node_agent_gets_the_sandbox_of_a_local_agent(cluster: RayCluster, daemon: Daemon,
+                                                               api: FakeAnthropic) -> None:
+    """Issue 31 #5: on a root node the agent runs as its caller's uid (the daemon's
+    allocation), without capabilities, under the seccomp filter, in a network namespace
+    whose one door leads to the model API: the daemon's dashboard on the same loopback is
+    out of reach, the fake API is not (its answer comes back through the node's door)."""
+    probe = base64.b64encode(STATUS_PROBE.encode()).decode()
+    command = f"echo {probe} | base64 -d > probe.py; python3 probe.py {DAEMON_PORT} {API_PORT}"
+    async with mcpl(cluster, daemon.token) as host:
+        run = await start_run(host, f"return await agent({json.dumps('[[bash:' + command + ']]')}, "
+                                    "{placement: 'ray', profile: 'write'})")
+        st = await wait_status(host, run, ended, timeout=120)
+        text = json.loads((await host.tool("result", {"runId": run}))["structuredContent"]["text"])
+    assert st["status"] == "completed" and rows(st)[0]["node"].startswith("w1 ("), st
+    said = {line.split(":")[0]: line.split(":", 1)[1].strip()
+            for line in text.replace("tool said: ", "\n").splitlines() if ":" in line}
+    uid = json.loads((daemon.state / "identities.json").read_text())["callers"]["alice"]
+    assert uid != 0 and said.get("Uid") == str(uid), text
+    assert said.get("CapEff") == "0000000000000000" and said.get("Seccomp") == "2", text
+    assert said.get("NoNewPrivs") == "1", text
+    assert f"port {DAEMON_PORT} closed ConnectionRefusedError" in text, text      # no door to the dashboard
+    assert f"port {API_PORT} open HTTP/1." in text, text                          # the model API's door
+    assert len(api.requests) >= 2                  # and the CLI itself reached the API (its two turns)
 
 
 async def test_node_death_fails_its_agent_and_the_run_completes(cluster: RayCluster, daemon: Daemon,

@@ -61,6 +61,29 @@ async def test_an_agent_streams_lines_and_reports_where_it_ran(tmp_path: Path) -
     assert payload["placeholder"] == "@AGENT_DIR@" and payload["files"] == {"prompt.txt": b"hello"}
 
 
+async def test_the_payload_carries_what_the_nodes_sandbox_needs(tmp_path: Path) -> None:
+    """The caller's uid from the local launcher's allocation, the door's one destination,
+    the seccomp profile: what node/confine.py reads back."""
+    import attrs
+
+    from swarmbase.identity import SandboxUser
+    from swarmbase.launch.egress import Endpoint
+    from swarmbase.node import confine
+    from swarmbase.node.agent import PAYLOAD_VERSION
+    gen = FakeGen()
+    launcher, fake = make_launcher(tmp_path, gen)
+    users = {"alice": SandboxUser(uid=600001, gid=600001, name="caller alice")}
+    launcher.user_for = users.get
+    api = Endpoint("127.0.0.1", 18080)
+    for item in (STARTED, {"kind": "exit", "code": 0}, StopIteration):
+        gen.q.put(item)
+    with trio.fail_after(10):
+        await launcher.run(attrs.evolve(spec(tmp_path), owner="alice", egress=(api,)), lambda line: False)
+    _, (payload, _) = fake.submitted[0]
+    assert payload["v"] == PAYLOAD_VERSION and payload["nesting"] is False
+    assert confine.user_of(payload) == users["alice"] and confine.egress_of(payload) == (api,)
+
+
 async def test_no_node_can_take_it_fails_at_once_without_submitting(tmp_path: Path) -> None:
     launcher, fake = make_launcher(tmp_path, FakeGen(), nodes=[HEAD, {**WORKER, "Labels": {}}])
     res = await launcher.run(spec(tmp_path), lambda line: False)

@@ -7,17 +7,24 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from swarmbase import config
+from swarmbase.identity import SandboxUser
+from swarmbase.launch.sandbox import HostLayout
+from swarmbase.node import confine
 from swarmbase.node import agent as node_agent
 from swarmbase.node import state, workspace
 from swarmbase.node.guardian import Guarded
@@ -28,6 +35,7 @@ from swarmbase.runs.records import Redactor
 from swarmbase.runs.store import RunStore
 
 from .conftest import process_table
+from .ray_daemon import STATUS_PROBE
 
 
 def alive(pid: int) -> bool:
@@ -90,8 +98,12 @@ def test_the_cli_reads_the_prompt_and_never_holds_the_lifeline(tmp_path: Path) -
     assert sorted(got[1:]) == [b"0", b"1", b"2"]          # no fd 3: only the guardian holds the lifeline
 
 
+# What a root daemon sends for its caller's agent (the uid identity.py allocated it).
+CALLER_UID = {"uid": 600001, "gid": 600001, "name": "caller alice"} if os.geteuid() == 0 else None
+
+
 def payload(tmp_path: Path, argv: list[str], **extra: Any) -> dict[str, Any]:
-    return {"v": 1, "owner": "own1", "boot": "b1", "key": "run_x-1", "argv": argv,
+    return {"v": node_agent.PAYLOAD_VERSION, "user": CALLER_UID, "owner": "own1", "boot": "b1", "key": "run_x-1", "argv": argv,
             "env": {"PATH": os.environ["PATH"], "HOME": "@AGENT_DIR@/home", "SECRET": "k-123456"},
             "cwd": str(tmp_path / "cwd"), "files": {"prompt.txt": b"hello node"}, "dirs": ["home", "tmp"],
             "stdin_file": "prompt.txt", "read": [str(tmp_path / "cwd")], "write": [], "network": True,
@@ -109,7 +121,7 @@ def node_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize("sandbox", ["none", "bwrap"])
 def test_the_task_body_streams_and_cleans_up(tmp_path: Path, node_dir: Path, sandbox: str) -> None:
-    if sandbox == "bwrap" and not node_agent.sandbox_mode("bwrap") == "bwrap":
+    if sandbox == "bwrap" and not shutil.which("bwrap"):
         pytest.fail("bubblewrap is required for this test (tests/install.sh installs it)")
     items = list(node_agent.run_agent(payload(tmp_path, ["/bin/sh", "-c", 'cat; echo; echo "$HOME"; pwd'],
                                               sandbox=sandbox)))
@@ -121,6 +133,86 @@ def test_the_task_body_streams_and_cleans_up(tmp_path: Path, node_dir: Path, san
     assert end == {"kind": "exit", "code": 0}
     assert not (node_dir / "homes/own1/b1/run_x-1").exists()
     assert not list((node_dir / "procs").rglob("*.json"))
+
+
+def greeter() -> tuple[socket.socket, threading.Thread]:
+    """A loopback listener on this host that says hello to each connection."""
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(1024)          # the probe's request first: no reset on close
+                conn.sendall(b"hello")
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return srv, t
+
+
+def test_a_root_node_gives_the_agent_a_local_agents_sandbox(tmp_path: Path, node_dir: Path) -> None:
+    """The caller's uid (as root, CI; a plain node's own otherwise), no capability, no new
+    privileges, the seccomp filter, and a network namespace whose one door leads where the
+    payload says: another loopback port of the node is unreachable."""
+    if not shutil.which("bwrap"):
+        pytest.fail("bubblewrap is required for this test (tests/install.sh installs it)")
+    allowed, t1 = greeter()
+    other, t2 = greeter()
+    try:
+        a, o = allowed.getsockname()[1], other.getsockname()[1]
+        items = list(node_agent.run_agent(payload(
+            tmp_path, ["/usr/bin/python3", "-c", STATUS_PROBE, str(a), str(o)], sandbox="bwrap", stdin_file=None,
+            egress=[["127.0.0.1", a]])))
+    finally:
+        allowed.close()
+        other.close()
+    started, *batches, end = items
+    lines = [line.decode() for b in batches for line in b]
+    assert started["kind"] == "started" and end == {"kind": "exit", "code": 0}, items
+    assert f"Uid: {CALLER_UID['uid'] if CALLER_UID else os.geteuid()}" in lines and "CapEff: 0000000000000000" in lines, lines
+    assert "Seccomp: 2" in lines and "NoNewPrivs: 1" in lines, lines
+    assert f"port {a} open hello" in lines, lines              # through the door
+    assert f"port {o} closed ConnectionRefusedError" in lines, lines    # no door: nothing listens inside
+    assert not (node_dir / "homes/own1/b1/run_x-1").exists()
+
+
+def test_a_node_refuses_what_it_cannot_confine(tmp_path: Path, node_dir: Path) -> None:
+    """Never a weaker sandbox in silence: the agent is refused with the reason."""
+    items = list(node_agent.run_agent(payload(tmp_path, ["/bin/true"], sandbox="bwrap",
+                                              user=None if os.geteuid() == 0 else CALLER_UID)))
+    assert [i["kind"] for i in items] == ["spawn-error"]
+    assert ("the daemon named no uid" if os.geteuid() == 0 else "which cannot switch to it") in items[0]["detail"]
+    assert not (node_dir / "homes/own1/b1/run_x-1").exists()
+
+
+LAYOUT = HostLayout(symlinks=(), dirs=(), bwrap="/usr/bin/bwrap", setpriv="/usr/bin/setpriv")
+USER = SandboxUser(uid=600003, gid=600003, name="caller bob")
+
+
+@pytest.mark.parametrize("wanted, layout, euid, user, said", [
+    ("none", attrs.evolve(LAYOUT, bwrap=None), 0, None, None),             # the operator chose no sandbox
+    ("bwrap", LAYOUT, 0, USER, None),                                       # a root node drops to the caller's uid
+    ("bwrap", LAYOUT, 1000, None, None),                                    # a plain node runs agents as itself
+    ("bwrap", attrs.evolve(LAYOUT, bwrap=None), 0, USER, "bubblewrap is not installed"),
+    ("bwrap", LAYOUT, 0, None, "would run as root in its namespace"),
+    ("bwrap", LAYOUT, 1000, USER, "runs as uid 1000, which cannot switch to it"),
+    ("bwrap", attrs.evolve(LAYOUT, setpriv=None), 0, USER, "setpriv (util-linux) is not installed"),
+])
+def test_what_a_node_refuses(wanted: str, layout: HostLayout, euid: int, user: SandboxUser | None,
+                             said: str | None) -> None:
+    why = confine.refusal(wanted, layout, euid, user, "w1")
+    assert (why is None) if said is None else (said in (why or "") and "w1" in (why or "")), why
+
+
+def test_the_payload_carries_the_uid_and_the_door_both_ways() -> None:
+    from swarmbase.launch.egress import Endpoint
+    eps = (Endpoint("127.0.0.1", 18080), Endpoint("api.example.com", 443))
+    sent = json.loads(json.dumps({"user": confine.payload_user(USER), "egress": confine.payload_egress(eps)}))
+    assert confine.user_of(sent) == USER and confine.egress_of(sent) == eps
+    assert confine.user_of({"user": None}) is None and confine.egress_of({"egress": None}) is None
 
 
 def test_a_cancelled_task_kills_the_group_and_what_left_it(tmp_path: Path, node_dir: Path) -> None:
@@ -165,7 +257,7 @@ def test_a_cli_that_cannot_start_is_reported(tmp_path: Path, node_dir: Path) -> 
 
 
 def test_an_old_payload_version_is_refused(tmp_path: Path, node_dir: Path) -> None:
-    with pytest.raises(RuntimeError, match="payload v1"):
+    with pytest.raises(RuntimeError, match=f"payload v{node_agent.PAYLOAD_VERSION}, the daemon sent v99"):
         next(node_agent.run_agent({**payload(tmp_path, ["true"]), "v": 99}))
 
 

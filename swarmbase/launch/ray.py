@@ -31,12 +31,14 @@ import os
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import trio
 
 from ..config import Config
-from ..node import workspace
+from ..identity import SandboxUser
+from ..node import confine, workspace
+from ..node.agent import PAYLOAD_VERSION
 from . import ray_nodes
 from .local import REAP_AFTER_FINAL_S
 from .ray_stream import Ended, TaskStream
@@ -72,9 +74,12 @@ def daemon_owner(state_dir: Path) -> str:
 class RayLauncher(NodeWatcher, LauncherBase):
     initial_state = "waiting-node"      # until the node says the CLI started
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, user_for: Callable[[str | None], SandboxUser | None] = lambda owner: None) -> None:
+        """`user_for`: who a caller's children run as (the local launcher's: one allocation
+        for both placements, so a caller has the same uid on every machine)."""
         assert cfg.placement.ray is not None
         self.cfg = cfg
+        self.user_for = user_for
         self.rc = cfg.placement.ray
         self.owner = daemon_owner(cfg.state_dir)
         self.boot = time.strftime("%Y%m%d%H%M%S") + "-" + secrets.token_hex(4)
@@ -94,7 +99,6 @@ class RayLauncher(NodeWatcher, LauncherBase):
         self.free: dict[str, float] = {}                 # free agent slots: "cluster" and per node id
         self.running: dict[str, dict[str, Any]] = {}     # agent key -> where it runs
         self.spawned = 0
-        self._warned_sandbox: set[str] = set()
 
     # -- connecting ---------------------------------------------------------------------
     def _init(self) -> Any:
@@ -187,11 +191,15 @@ class RayLauncher(NodeWatcher, LauncherBase):
             raise PlacementError(why)
 
     def _payload(self, spec: LaunchSpec, return_workspace: bool) -> dict[str, Any]:
-        return {"v": 1, "owner": self.owner, "boot": self.boot, "key": spec.key, "argv": list(spec.argv),
+        return {"v": PAYLOAD_VERSION, "owner": self.owner, "boot": self.boot, "key": spec.key, "argv": list(spec.argv),
                 "env": dict(spec.env), "cwd": spec.cwd, "files": dict(spec.files), "dirs": list(spec.dirs),
                 "stdin_file": spec.stdin_file, "read": list(spec.read), "write": list(spec.write),
                 "network": spec.network, "rlimits": spec.limits.rlimits(), "sandbox": self.cfg.sandbox_mode,
-                "placeholder": AGENT_DIR, "return_workspace": return_workspace}
+                "placeholder": AGENT_DIR, "return_workspace": return_workspace,
+                # What the node's sandbox needs from here (node/confine.py): the caller's uid,
+                # where its door may lead, and the seccomp profile.
+                "user": confine.payload_user(self.user_for(spec.owner)),
+                "egress": confine.payload_egress(spec.egress), "nesting": spec.nesting}
 
     def _submit(self, payload: dict[str, Any], shipped: bytes | None) -> Any:
         opts: dict[str, Any] = {"num_returns": "streaming", "max_retries": 0, "num_cpus": 0,
@@ -276,16 +284,9 @@ class RayLauncher(NodeWatcher, LauncherBase):
         self.spawned += 1
         self.running[spec.key] = {"nodeId": first.get("node"), "node": node, "pgid": first.get("pgid"),
                                   "startedAt": time.time(), "sandbox": first.get("sandbox")}
-        self._warn_sandbox(first)
         if started:
             started({"node": node, "pgid": first.get("pgid"), "placement": "ray"})
         return await self._pump(spec, stream, on_line, res, node)
-
-    def _warn_sandbox(self, first: dict[str, Any]) -> None:
-        mode, nid = str(first.get("sandbox")), str(first.get("node"))
-        if self.cfg.sandbox_mode == "bwrap" and mode != "bwrap" and nid not in self._warned_sandbox:
-            self._warned_sandbox.add(nid)
-            log.warning("node %s runs agents without the sandbox: %s", first.get("name"), mode)
 
     async def _pump(self, spec: LaunchSpec, stream: TaskStream, on_line: OnLine, res: ProcResult, node: str) -> bool:
         """Lines into on_line under the idle watchdog, until the exit item, the idle

@@ -52,8 +52,8 @@ class LaunchSpec:
     owner: str | None = None
     overlays: Mapping[str, bytes] = attrs.field(factory=dict)  # read-only files laid over these paths
     # With network: the only host:port it may reach (launch/egress.py); None: the host's
-    # whole network. A launcher without network namespaces (a Ray node, sandbox "none")
-    # gives the host's network whatever this says.
+    # whole network. Without the sandbox (sandbox "none") the process has the host's
+    # network whatever this says; a Ray node makes the namespace and its doors itself.
     egress: tuple[Endpoint, ...] | None = None
     idle_timeout: float = 300.0
     limits: Limits = Limits()

@@ -10,7 +10,11 @@ group and the daemon's next boot reaps the record.
 
 The payload is a plain dict (versioned) so a node never unpickles a daemon class: argv,
 env (the caller's API key travels only here, inside the task's arguments — never in argv,
-a runtime_env, or a log line), cwd, files, what to mount.
+a runtime_env, or a log line), cwd, files, what to mount, and what the sandbox needs from
+the daemon (node/confine.py). The CLI gets what a local agent gets, from the same pieces:
+the caller's uid (a root node drops to it), the seccomp filter, no capability, no new
+privileges, and a network namespace whose one door (node/door.py, the daemon's relay)
+leads to its model API; a node that cannot give all of it refuses the agent and says why.
 """
 
 from __future__ import annotations
@@ -19,15 +23,22 @@ import os
 import shutil
 import socket
 import time
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 
+import attrs
+
+from .. import identity, seccomp
+from ..launch.netns import Namespace, thread_can_unshare
 from ..launch.ray_nodes import NAME_LABEL
 from ..launch.sandbox import Confinement, HostLayout, inside_path, wrap
-from . import state, workspace
+from . import confine, state, workspace
+from .door import NodeDoor
 from .guardian import Guarded
 
-PAYLOAD_VERSION = 1
+# v2: the caller's uid, the door's destinations and the seccomp profile (node/confine.py).
+PAYLOAD_VERSION = 2
 
 
 def where() -> tuple[str, str]:
@@ -43,12 +54,6 @@ def where() -> tuple[str, str]:
     except Exception:  # older Ray or no labels: the host name will do
         name = None
     return node_id, str(name or socket.gethostname())
-
-
-def sandbox_mode(wanted: str) -> str:
-    if wanted == "none":
-        return "none"
-    return "bwrap" if shutil.which("bwrap") else "none (bubblewrap is not installed on this node)"
 
 
 class _Paths:
@@ -72,65 +77,117 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
     owner, boot, key = payload["owner"], payload["boot"], payload["key"]
     record, private, work = state.agent_dirs(owner, boot, key)
     node_id, name = where()
+    layout, user = HostLayout.probe(), confine.user_of(payload)
+    why = confine.refusal(payload["sandbox"], layout, os.geteuid(), user, name)
+    if why is not None:
+        yield {"kind": "spawn-error", "detail": why}
+        return
+    mode = "none" if payload["sandbox"] == "none" else "bwrap"
     proc: Guarded | None = None
-    try:
-        state.makedirs(private)
-        for d in payload["dirs"]:
-            state.makedirs(private / d)
-        for rel, data in payload["files"].items():
-            target = private / rel
-            if ".." in Path(rel).parts or os.path.isabs(rel):
-                raise ValueError(f"file outside the private dir: {rel!r}")
-            state.makedirs(target.parent)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-        cwd, before = payload["cwd"], None
-        if shipped is not None:
-            workspace.unpack(shipped, work)
-            before = workspace.manifest(work)
-            cwd = str(work)
-        cli = payload["argv"][0]
-        if not (os.path.isfile(cli) and os.access(cli, os.X_OK)):
-            yield {"kind": "spawn-error", "detail": f"the executable is missing on node {name}: {cli}"}
-            return
-        mode = sandbox_mode(payload["sandbox"])
-        paths = _Paths(payload["placeholder"], "", payload["cwd"] if shipped is not None else None, cwd)
-        read = [paths.cwd(p) for p in payload["read"]]
-        conf = Confinement(cwd=cwd, read=tuple(p for p in read if os.path.exists(p)),
-                           write=tuple(paths.cwd(p) for p in payload["write"]), private=str(private),
-                           network=payload["network"])
-        paths.agent_dir = inside_path(conf, mode, str(private))
-        argv = [paths(a) for a in payload["argv"]]
-        env = {k: paths(v) for k, v in payload["env"].items()}
-        mark = state.marker(owner, boot, key)
-        env[state.MARKER_ENV] = mark
-        command = wrap("bwrap" if mode == "bwrap" else "none", HostLayout.probe(), conf, argv)
-        stdin_file = str(private / payload["stdin_file"]) if payload.get("stdin_file") else None
+    with ExitStack() as held:          # what the CLI's start needs open: filter, namespace, door
         try:
-            proc = Guarded(command, env=env, cwd=cwd, stdin_file=stdin_file,
-                           rlimits=[tuple(r) for r in payload.get("rlimits", [])])
-        except OSError as e:
-            yield {"kind": "spawn-error", "detail": f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")}
-            return
-        state.write_record(record, {"pgid": proc.pid, "startTime": state.start_time(proc.pid), "marker": mark,
-                                    "workerPid": os.getpid(), "key": key, "owner": owner, "boot": boot,
-                                    "at": time.time()})
-        yield {"kind": "started", "node": node_id, "name": name, "pgid": proc.pid, "sandbox": mode}
-        for batch in proc.lines():
-            yield batch
-        proc.kill()
-        end: dict[str, Any] = {"kind": "exit", "code": proc.proc.returncode}
-        if before is not None and payload.get("return_workspace"):
+            _write_private(private, payload)
+            cwd, before = payload["cwd"], None
+            if shipped is not None:
+                workspace.unpack(shipped, work)
+                before = workspace.manifest(work)
+                cwd = str(work)
+            if mode == "bwrap":
+                # The dirs made for the agent become its uid's (identity.py), as a local agent's.
+                identity.adopt_tree(user, private)
+                if shipped is not None:
+                    identity.adopt_tree(user, work)
+            cli = payload["argv"][0]
+            if not (os.path.isfile(cli) and os.access(cli, os.X_OK)):
+                yield {"kind": "spawn-error", "detail": f"the executable is missing on node {name}: {cli}"}
+                return
+            paths = _Paths(payload["placeholder"], "", payload["cwd"] if shipped is not None else None, cwd)
+            read = [paths.cwd(p) for p in payload["read"]]
+            conf = Confinement(cwd=cwd, read=tuple(p for p in read if os.path.exists(p)),
+                               write=tuple(paths.cwd(p) for p in payload["write"]), private=str(private),
+                               network=payload["network"])
+            ns: Namespace | None = None
+            if mode == "bwrap":
+                try:
+                    conf = attrs.evolve(conf, nesting=bool(payload.get("nesting")), user=user,
+                                        seccomp_fd=_closing(held, seccomp.program_fd(
+                                            "nesting" if payload.get("nesting") else "strict")))
+                except seccomp.SeccompUnavailable as e:
+                    yield {"kind": "spawn-error", "detail": f"node {name} cannot build the sandbox's seccomp filter: {e}"}
+                    return
+                egress = confine.egress_of(payload)
+                if payload["network"] and egress is not None:
+                    ns = Namespace(egress, _netns_kind())
+                    held.callback(ns.close)
+                    conf = attrs.evolve(conf, hosts_fd=ns.hosts_fd)
+            paths.agent_dir = inside_path(conf, mode, str(private))
+            argv = [paths(a) for a in payload["argv"]]
+            env = {k: paths(v) for k, v in payload["env"].items()}
+            mark = state.marker(owner, boot, key)
+            env[state.MARKER_ENV] = mark
+            command = wrap(mode, layout, conf, argv)
+            stdin_file = str(private / payload["stdin_file"]) if payload.get("stdin_file") else None
+            door = held.enter_context(NodeDoor(ns, key)) if ns is not None else None
             try:
-                end["workspace"], end["deleted"] = workspace.changes(work, before)
-            except (OSError, workspace.WorkspaceTooLarge) as e:
-                end["workspaceError"] = str(e)
-        yield end
-    finally:
-        if proc is not None:
+                proc = Guarded(ns.argv(command) if ns else command, env=env, cwd=cwd, stdin_file=stdin_file,
+                               rlimits=[tuple(r) for r in payload.get("rlimits", [])],
+                               pass_fds=tuple(dict.fromkeys((*conf.passed_fds(), *(ns.pass_fds if ns else ())))),
+                               around_fork=ns.around_fork if ns else nullcontext)
+                if door is not None:
+                    door.spawned()
+            except OSError as e:
+                yield {"kind": "spawn-error", "detail": f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")}
+                return
+            state.write_record(record, {"pgid": proc.pid, "startTime": state.start_time(proc.pid), "marker": mark,
+                                        "workerPid": os.getpid(), "key": key, "owner": owner, "boot": boot,
+                                        "at": time.time()})
+            yield {"kind": "started", "node": node_id, "name": name, "pgid": proc.pid, "sandbox": mode}
+            for batch in proc.lines():
+                yield batch
             proc.kill()
-            state.kill_marked(state.marker(owner, boot, key))
-        record.unlink(missing_ok=True)
-        shutil.rmtree(private, ignore_errors=True)
-        shutil.rmtree(work, ignore_errors=True)
+            end: dict[str, Any] = {"kind": "exit", "code": proc.proc.returncode}
+            if before is not None and payload.get("return_workspace"):
+                try:
+                    end["workspace"], end["deleted"] = workspace.changes(work, before)
+                except (OSError, workspace.WorkspaceTooLarge) as e:
+                    end["workspaceError"] = str(e)
+            yield end
+        finally:
+            if proc is not None:
+                proc.kill()
+                state.kill_marked(state.marker(owner, boot, key))
+            held.close()               # the door drains once the group is dead
+            record.unlink(missing_ok=True)
+            shutil.rmtree(private, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_private(private: Path, payload: dict[str, Any]) -> None:
+    state.makedirs(private)
+    for d in payload["dirs"]:
+        state.makedirs(private / d)
+    for rel, data in payload["files"].items():
+        target = private / rel
+        if ".." in Path(rel).parts or os.path.isabs(rel):
+            raise ValueError(f"file outside the private dir: {rel!r}")
+        state.makedirs(target.parent)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+
+
+def _closing(held: ExitStack, fd: int) -> int:
+    held.callback(os.close, fd)
+    return fd
+
+
+_kind: str | None = None
+
+
+def _netns_kind() -> str:
+    """How this node makes agents' namespaces (launch/netns.py): "thread" where the task's
+    thread may (a root node; the fork is born in it), else the helper. Found out once."""
+    global _kind
+    if _kind is None:
+        _kind = "thread" if thread_can_unshare() else "helper"
+    return _kind

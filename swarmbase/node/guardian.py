@@ -21,7 +21,8 @@ import select
 import signal
 import subprocess
 import time
-from typing import Iterator, Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 # $1: the file given to the CLI as stdin ("" for /dev/null); then the command.
 # fd 0 on entry is the lifeline; the guardian keeps it as fd 3, the CLI never sees it.
@@ -34,6 +35,7 @@ shift
 exec "$@" 3<&- <"$stdin"
 """
 
+GUARDIAN_FDS = 3                # the highest fd the guardian itself uses (the lifeline)
 POLL_S = 0.2                    # how long a read may block: bounds how late a cancel is seen
 AFTER_LEADER_S = 1.0            # the leader exited: a stray still writing gets this long
 TERM_GRACE_S = 1.0
@@ -45,13 +47,21 @@ class Guarded:
     lifeline's write end."""
 
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: str, stdin_file: str | None,
-                 rlimits: Sequence[tuple[int, int, int]] = ()) -> None:
+                 rlimits: Sequence[tuple[int, int, int]] = (), pass_fds: Sequence[int] = (),
+                 around_fork: Callable[[], ContextManager[Any]] = nullcontext) -> None:
+        """`pass_fds` stay open at their numbers (the sandbox's filter and data files);
+        `around_fork()` is entered around the fork (a namespace the child is born in)."""
+        if clash := sorted(fd for fd in pass_fds if fd <= GUARDIAN_FDS):
+            # sh redirects only fds 0-9, and the guardian takes fd 3 for the lifeline.
+            raise OSError(f"fds {clash} cannot be passed through the guardian (it uses 0-{GUARDIAN_FDS})")
         life_r, self._life_w = os.pipe()          # both close-on-exec; Popen dup2s life_r to fd 0
         out_r, out_w = os.pipe()
         try:
-            self.proc = subprocess.Popen(["/bin/sh", "-c", GUARDIAN, "swarmbase-guardian", stdin_file or "", *argv],
-                                         stdin=life_r, stdout=out_w, stderr=subprocess.STDOUT, env=dict(env),
-                                         cwd=cwd, start_new_session=True, close_fds=True)
+            with around_fork():
+                self.proc = subprocess.Popen(["/bin/sh", "-c", GUARDIAN, "swarmbase-guardian", stdin_file or "", *argv],
+                                             stdin=life_r, stdout=out_w, stderr=subprocess.STDOUT, env=dict(env),
+                                             cwd=cwd, start_new_session=True, close_fds=True,
+                                             pass_fds=tuple(pass_fds))
         except BaseException:
             for fd in (self._life_w, out_r):
                 os.close(fd)
