@@ -69,17 +69,15 @@ async def _conform(base: Path) -> dict[str, Any]:
     prompts: dict[str, list[str]] = {}             # case name -> the prompts SwarmBase's agents got
     async with trio.open_nursery() as n:
         model = await n.start(SeeingModel().serve)
-        # The project exists before the daemon starts: a resident's config names it.
-        proj = make_project(base / "roots" / "proj", {"scripts/from-file.js": SCRIPT_FILE})
+        # The project exists before the daemon starts: a resident's config names it. Its
+        # workflows are in its .claude/workflows/, where both runtimes look (the clone has them).
+        proj = make_project(base / "roots" / "proj", {"scripts/from-file.js": SCRIPT_FILE,
+                                                      **{f".claude/workflows/{n}.js": t for n, t in SAVED.items()}})
         sb_repo = _sandbox_clone(proj, "proj-sandboxed", base / "state")
         # The control: a repository without the project's files (an agent in the wrong place).
         elsewhere = _sandbox_clone(make_project(base / "roots" / "empty-src", base={"README.md": "another project\n"}), "elsewhere", base / "state")
         async with swarmbase_daemon(base, model.url, project=sb_repo) as sb:
             peer = ClaudeCodePeer(model, base / "peer-home", proj)
-            for name, text in SAVED.items():
-                peer.save_workflow(f"{name}.js", text)
-                saved = await sb.tool("save_workflow", {"name": name, "script": text})
-                assert not saved.get("isError"), saved
             script_file = proj / "scripts" / "from-file.js"
             calls = {case.name: _prepared(case, script_file) for case in ALL}
 

@@ -64,10 +64,14 @@ async def test_the_project_s_workflows_run_by_name_before_saved_ones(tmp_path: P
         nested = await ended(env, await h.tool("run", {"script": """
 const byFile = await workflow('x', { tag: 'B' });
 const byMeta = await workflow({ name: 'x-flow' }, { tag: 'C' });
-return { byFile, byMeta, saved: await workflow('only') };"""}))
+const missing = await workflow('nope').catch((e) => e.message);
+return { byFile, byMeta, saved: await workflow('only'), missing };"""}))
         assert [nested[k]["from"] for k in ("byFile", "byMeta")] == ["project", "project"]
         assert (nested["byFile"]["tag"], nested["byMeta"]["tag"]) == ("B", "C")
         assert said(nested["byMeta"]["seen"]) == ["the", "app"] and nested["saved"] == "saved only"
+        # Claude Code's words (scripts test for them), then where SwarmBase looked.
+        assert nested["missing"] == ("workflow('nope'): no workflow with that name. Available: x, only (looked in "
+                                     "the project's .claude/workflows or the saved workflows)")
 
         # A run in another project (no .claude/workflows there) gets the saved x.
         assert (await ended(env, await h.tool("run", {"name": "x", "project": "lib", "args": {"tag": "D"}}))

@@ -154,8 +154,8 @@ return out;""", timeout=60)
     res = result_of(env, run)
     assert "depth 2" in res["nested"] and "maxWorkflowDepth" in res["nested"]
     assert "cap of 3 workflows (maxWorkflowsPerRun in the daemon config lifts it)" in res["count"]
-    assert ("workflow('nope'): no workflow named 'nope' in the saved workflows (this run has no project). "
-            "Available: (none)") in res["saved"]
+    assert ("workflow('nope'): no workflow with that name. Available: (none) (looked in the saved workflows "
+            "(this run has no project))") in res["saved"]
 
 
 async def test_saved_workflows_and_model_allowlist(tmp_path: Path, nursery: trio.Nursery, claude_bin: str,

@@ -112,8 +112,8 @@ def test_saved_workflows_by_file_name_or_meta_name(tmp_path: Path) -> None:
 def test_a_string_is_a_name_unless_it_reads_as_code(tmp_path: Path, source: str, kind: str) -> None:
     caller = Caller("alice", [])
     if kind == "name":
-        with pytest.raises(WorkflowError, match=r"no workflow named .* in the saved workflows \(this run has no "
-                                                r"project\)\. Available: \(none\)"):
+        with pytest.raises(WorkflowError, match=r"no workflow with that name\. Available: \(none\) \(looked in the "
+                                                r"saved workflows \(this run has no project\)\)"):
             workflows._source(caller, source, tmp_path, None)
     else:
         assert workflows._source(caller, source, tmp_path, None) == (source, None)

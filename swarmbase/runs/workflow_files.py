@@ -174,9 +174,21 @@ def all_workflows(project: str | None, saved: Path) -> list[JsonObject]:
 
 
 def not_found(name: str, project: str | None, saved: Path) -> str:
-    """The message for a name found nowhere, with the names there are."""
+    """The `run` tool's refusal of a name found nowhere, with the names there are."""
+    return f"no workflow named {name[:100]!r} in {_looked_in(project)}. Available: {_available(project, saved)}"
+
+
+def not_found_in_script(name: str, project: str | None, saved: Path) -> str:
+    """workflow()'s: Claude Code's own words first (scripts test for them), then where it looked."""
+    return (f"workflow('{name[:100]}'): no workflow with that name. Available: {_available(project, saved)} "
+            f"(looked in {_looked_in(project)})")
+
+
+def _looked_in(project: str | None) -> str:
+    return ("the project's .claude/workflows or the saved workflows" if project is not None
+            else "the saved workflows (this run has no project)")
+
+
+def _available(project: str | None, saved: Path) -> str:
     names = list(dict.fromkeys(e["name"] for e in all_workflows(project, saved)))
-    where = ("the project's .claude/workflows or the saved workflows" if project is not None
-             else "the saved workflows (this run has no project)")
-    return (f"no workflow named {name[:100]!r} in {where}. Available: {', '.join(names[:50]) or '(none)'} "
-            f"(add .claude/workflows/<name>.js to the project, or save one with the save_workflow tool)")
+    return ", ".join(names[:50]) or "(none)"

@@ -32,8 +32,8 @@ from .journal import KeyCounter
 from .live import Bridge, LiveRun, script_budget
 from .records import AgentRecord
 from .scope import Scope
-from .workflow_files import MAX_SOURCE_CHARS, NAME, WorkflowFileError, find_workflow, not_found, read_text, \
-    saved_listing
+from .workflow_files import (MAX_SOURCE_CHARS, NAME, WorkflowFileError, find_workflow, not_found_in_script,
+                             read_text, saved_listing)
 
 KNOWN = ("label", "budgetUsd", "budgetTokens", "profile")
 # Script text rather than a name: what no saved workflow's name has (a call, a statement,
@@ -154,7 +154,7 @@ def _source(caller: Caller, source: Json, state_dir: Path, project: str | None) 
     if found is not None:
         return found.script, found.name
     if isinstance(source, dict) or (len(name) <= 200 and "\n" not in name and not SCRIPT_LIKE.search(name)):
-        raise WorkflowError(f"workflow('{name[:100]}'): {not_found(name, project, saved)}")
+        raise WorkflowError(not_found_in_script(name, project, saved))
     return name, None
 
 

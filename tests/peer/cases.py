@@ -287,8 +287,8 @@ CASES: list[Case] = [
          check=_timers),
 ]
 
-# The saved workflows the "saved-sub" cases use (Claude Code finds them by meta.name in the
-# project's .claude/workflows/; SwarmBase by save_workflow name or meta.name).
+# The project's workflows the "saved-sub" cases use: its .claude/workflows/, where both Claude Code and
+# SwarmBase find them (Claude Code by meta.name; SwarmBase by file name, then meta.name).
 SUB = ("export const meta = { name: 'sub', description: 'a saved child workflow' }\n"
        "const r = await agent('child on ' + args.topic);\nreturn {topic: args.topic, r};\n")
 OUTER = ("export const meta = { name: 'outer', description: 'nests another workflow' }\n"
