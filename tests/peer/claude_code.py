@@ -143,14 +143,6 @@ class ClaudeCodePeer:
                        logs=list(record.get("logs") or []), run_id=run_id, session_id=session, journal=journal,
                        agent_count=int(record.get("agentCount") or 0), record=record)
 
-    def save_workflow(self, file_name: str, script: str) -> Path:
-        """A saved workflow of the project (`.claude/workflows/`), found by its meta.name."""
-        d = self.cwd / ".claude" / "workflows"
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / file_name
-        path.write_text(script)
-        return path
-
 
 def cli_present() -> bool:
     return CLAUDE.exists() and os.access(CLAUDE, os.X_OK)
