@@ -199,6 +199,7 @@ USER = SandboxUser(uid=600003, gid=600003, name="caller bob")
     ("bwrap", attrs.evolve(LAYOUT, bwrap=None), 0, USER, "bubblewrap is not installed"),
     ("bwrap", LAYOUT, 0, None, "would run as root in its namespace"),
     ("bwrap", LAYOUT, 1000, USER, "runs as uid 1000, which cannot switch to it"),
+    ("bwrap", LAYOUT, 600003, USER, None),                                  # already that uid: no switch
     ("bwrap", attrs.evolve(LAYOUT, setpriv=None), 0, USER, "setpriv (util-linux) is not installed"),
 ])
 def test_what_a_node_refuses(wanted: str, layout: HostLayout, euid: int, user: SandboxUser | None,

@@ -82,6 +82,8 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
     if why is not None:
         yield {"kind": "spawn-error", "detail": why}
         return
+    if os.geteuid() != 0:
+        user = None                    # a plain node already is the uid it may run agents as
     mode = "none" if payload["sandbox"] == "none" else "bwrap"
     proc: Guarded | None = None
     with ExitStack() as held:          # what the CLI's start needs open: filter, namespace, door
@@ -109,17 +111,10 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
             ns: Namespace | None = None
             if mode == "bwrap":
                 try:
-                    conf = attrs.evolve(conf, nesting=bool(payload.get("nesting")), user=user,
-                                        seccomp_fd=_closing(held, seccomp.program_fd(
-                                            "nesting" if payload.get("nesting") else "strict")))
+                    conf, ns = _sandbox(held, payload, conf, user)
                 except seccomp.SeccompUnavailable as e:
                     yield {"kind": "spawn-error", "detail": f"node {name} cannot build the sandbox's seccomp filter: {e}"}
                     return
-                egress = confine.egress_of(payload)
-                if payload["network"] and egress is not None:
-                    ns = Namespace(egress, _netns_kind())
-                    held.callback(ns.close)
-                    conf = attrs.evolve(conf, hosts_fd=ns.hosts_fd)
             paths.agent_dir = inside_path(conf, mode, str(private))
             argv = [paths(a) for a in payload["argv"]]
             env = {k: paths(v) for k, v in payload["env"].items()}
@@ -160,6 +155,23 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
             record.unlink(missing_ok=True)
             shutil.rmtree(private, ignore_errors=True)
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _sandbox(held: ExitStack, payload: dict[str, Any], conf: Confinement, user: identity.SandboxUser | None
+             ) -> tuple[Confinement, Namespace | None]:
+    """What LocalLauncher.confinement and .open add to a local agent's sandbox: the
+    caller's uid, the seccomp filter, and the namespace with the agent's doors (None:
+    the node's network, as the daemon gives an agent without an egress list). What must
+    stay open until the CLI ends is left in `held`."""
+    profile = "nesting" if payload.get("nesting") else "strict"
+    conf = attrs.evolve(conf, nesting=profile == "nesting", user=user,
+                        seccomp_fd=_closing(held, seccomp.program_fd(profile)))
+    egress = confine.egress_of(payload)
+    if not (payload["network"] and egress is not None):
+        return conf, None
+    ns = Namespace(egress, _netns_kind())
+    held.callback(ns.close)
+    return attrs.evolve(conf, hosts_fd=ns.hosts_fd), ns
 
 
 def _write_private(private: Path, payload: dict[str, Any]) -> None:
