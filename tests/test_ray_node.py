@@ -208,6 +208,22 @@ def test_what_a_node_refuses(wanted: str, layout: HostLayout, euid: int, user: S
     assert (why is None) if said is None else (said in (why or "") and "w1" in (why or "")), why
 
 
+def test_the_boot_check_says_when_a_node_would_refuse_agents(tmp_path: Path, node_dir: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nodes page and the daemon's log learn it at the node's boot check, not from
+    the first agent's failure."""
+    from swarmbase.node import probe
+    if not shutil.which("bwrap"):
+        pytest.fail("bubblewrap is required for this test (tests/install.sh installs it)")
+    monkeypatch.setattr(probe, "where", lambda: ("nodeid1", "w1"))
+    root = os.geteuid() == 0
+    ok = probe.check_node("own1", "b1", sys.executable, [], "bwrap", confine.payload_user(USER) if root else None)
+    assert ok["sandbox"] == "bwrap", ok
+    refused = probe.check_node("own1", "b1", sys.executable, [], "bwrap", None if root else confine.payload_user(USER))
+    assert refused["sandbox"].startswith(probe.REFUSES), refused
+    assert ("the daemon named no uid" if root else "cannot switch to it") in refused["sandbox"], refused
+
+
 def test_the_payload_carries_the_uid_and_the_door_both_ways() -> None:
     from swarmbase.launch.egress import Endpoint
     eps = (Endpoint("127.0.0.1", 18080), Endpoint("api.example.com", 443))
