@@ -188,6 +188,31 @@ def test_a_node_refuses_what_it_cannot_confine(tmp_path: Path, node_dir: Path) -
     assert not (node_dir / "homes/own1/b1/run_x-1").exists()
 
 
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+def test_a_node_checks_the_paths_right_before_the_start(tmp_path: Path, node_dir: Path, sandbox: str) -> None:
+    """As the daemon does for a local agent (launch/pins.py): a caller's cwd on a shared root
+    swapped for a symlink after agent() (here to the node's own state dir, where other
+    agents' homes are) is refused, and so is a path that leads into the node's state."""
+    roots = tmp_path / "roots"
+    (roots / "repo").mkdir(parents=True)
+    state.makedirs(node_dir / "homes" / "own1" / "other-boot" / "someone-else")
+    cwd = roots / "repo"
+    checks = {"cwd_roots": [str(roots)], "caller_paths": [str(cwd)], "forbidden": [str(tmp_path / "daemon-state")]}
+    ok = list(node_agent.run_agent(payload(tmp_path, ["/bin/true"], sandbox=sandbox, cwd=str(cwd), read=[str(cwd)],
+                                           stdin_file=None, **checks)))
+    assert [i["kind"] for i in ok] == ["started", "exit"], ok
+    cwd.rmdir()
+    cwd.symlink_to(node_dir / "homes")
+    swapped = list(node_agent.run_agent(payload(tmp_path, ["/bin/true"], sandbox=sandbox, cwd=str(cwd),
+                                                read=[str(cwd)], stdin_file=None, **checks)))
+    assert [i["kind"] for i in swapped] == ["spawn-error"], swapped
+    assert "changed between the agent() call and its launch" in swapped[0]["detail"]
+    (tmp_path / "daemon-state").mkdir()
+    into = list(node_agent.run_agent(payload(tmp_path, ["/bin/true"], sandbox=sandbox, cwd=str(tmp_path / "cwd"),
+                                             write=[str(tmp_path / "daemon-state")], stdin_file=None, **checks)))
+    assert [i["kind"] for i in into] == ["spawn-error"] and "the daemon's state" in into[0]["detail"], into
+
+
 LAYOUT = HostLayout(symlinks=(), dirs=(), bwrap="/usr/bin/bwrap", setpriv="/usr/bin/setpriv")
 USER = SandboxUser(uid=600003, gid=600003, name="caller bob")
 
