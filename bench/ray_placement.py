@@ -98,23 +98,27 @@ def outside(args: argparse.Namespace) -> None:
     print(f"ray worker memory while agents run: {figures['ray']['worker_rss_mib']:.0f} MiB RSS per agent")
 
 
-def inside(args: argparse.Namespace) -> None:
-    import trio
-
+def bench_config(address: str, token: str, root: str, sandbox: str) -> tuple[Any, Path, Path]:
+    """(the daemon's Config for the cluster, its shared root, its state dir) under root."""
     from swarmbase import config
-    from swarmbase.launch.local import LocalLauncher
-    from swarmbase.launch.ray import RayLauncher
-    from swarmbase.launch.spec import LaunchSpec
-
-    address, token, root = args.inside
     shared = Path(root) / "bench-shared"
     shared.mkdir(exist_ok=True)
     state = Path(root) / "bench-state"
     state.mkdir(exist_ok=True)
-    raw = {"sandbox": "none", "engines": {"claude": {"bin": sys.executable}},
+    raw = {"sandbox": sandbox, "engines": {"claude": {"bin": sys.executable}},
            "placement": {"ray": {"address": address, "tokenFile": token, "labels": {"swarmbase/cli": "claude"},
                                  "sharedRoots": [str(shared)]}}}
-    cfg = config.parse(json.dumps(raw), state / "config.json")
+    return config.parse(json.dumps(raw), state / "config.json"), shared, state
+
+
+def inside(args: argparse.Namespace) -> None:
+    import trio
+
+    from swarmbase.launch.local import LocalLauncher
+    from swarmbase.launch.ray import RayLauncher
+    from swarmbase.launch.spec import LaunchSpec
+
+    cfg, shared, state = bench_config(*args.inside, sandbox="none")
     local = LocalLauncher(mode="none", homes=state / "homes", procs=state / "procs")
     (state / "procs").mkdir(exist_ok=True)
     ray_l = RayLauncher(cfg)

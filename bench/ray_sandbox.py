@@ -8,8 +8,8 @@ The agent is a stand-in CLI (this Python, printing one final line) launched by t
 RayLauncher with a caller (`owner`) and an egress list, as a claude agent is: on this
 version the node drops to the caller's uid, loads the seccomp filter and makes the
 network namespace and its door (issue 31 #5). Run the same file from an export of an
-older tree (`git archive main | tar -x -C /tmp/old; cp bench/ray_sandbox.py /tmp/old/bench/`)
-to measure before. Prints figures; asserts nothing. Needs root (network namespace, uids).
+older tree (`git archive main | tar -x -C /tmp/old`, then copy this file and
+bench/ray_placement.py into /tmp/old/bench/) to measure before. Prints figures; asserts nothing. Needs root (network namespace, uids).
 """
 
 from __future__ import annotations
@@ -55,21 +55,14 @@ def outside(args: argparse.Namespace) -> None:
 def inside(args: argparse.Namespace) -> None:
     import trio
 
-    from swarmbase import config, identity
+    from bench.ray_placement import bench_config
+    from swarmbase import identity
     from swarmbase.launch.egress import Endpoint
     from swarmbase.launch.ray import RayLauncher
     from swarmbase.launch.sandbox import interpreter_paths
     from swarmbase.launch.spec import LaunchSpec
 
-    address, token, root = args.inside
-    shared = Path(root) / "bench-shared"
-    shared.mkdir(exist_ok=True)
-    state = Path(root) / "bench-state"
-    state.mkdir(exist_ok=True)
-    raw = {"sandbox": "bwrap", "engines": {"claude": {"bin": sys.executable}},
-           "placement": {"ray": {"address": address, "tokenFile": token, "labels": {"swarmbase/cli": "claude"},
-                                 "sharedRoots": [str(shared)]}}}
-    cfg = config.parse(json.dumps(raw), state / "config.json")
+    cfg, shared, state = bench_config(*args.inside, sandbox="bwrap")
     users = identity.Identities(state / identity.ALLOCATIONS, identity.UidRange.parse(identity.DEFAULT_UIDS))
     alice = users.user_for("alice")
     os.chown(shared, alice.uid, alice.gid)

@@ -188,6 +188,31 @@ def test_a_node_refuses_what_it_cannot_confine(tmp_path: Path, node_dir: Path) -
     assert not (node_dir / "homes/own1/b1/run_x-1").exists()
 
 
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+def test_a_node_checks_the_paths_right_before_the_start(tmp_path: Path, node_dir: Path, sandbox: str) -> None:
+    """As the daemon does for a local agent (launch/pins.py): a caller's cwd on a shared root
+    swapped for a symlink after agent() (here to the node's own state dir, where other
+    agents' homes are) is refused, and so is a path that leads into the node's state."""
+    roots = tmp_path / "roots"
+    (roots / "repo").mkdir(parents=True)
+    state.makedirs(node_dir / "homes" / "own1" / "other-boot" / "someone-else")
+    cwd = roots / "repo"
+    checks = {"cwd_roots": [str(roots)], "caller_paths": [str(cwd)], "forbidden": [str(tmp_path / "daemon-state")]}
+    ok = list(node_agent.run_agent(payload(tmp_path, ["/bin/true"], sandbox=sandbox, cwd=str(cwd), read=[str(cwd)],
+                                           stdin_file=None, **checks)))
+    assert [i["kind"] for i in ok] == ["started", "exit"], ok
+    cwd.rmdir()
+    cwd.symlink_to(node_dir / "homes")
+    swapped = list(node_agent.run_agent(payload(tmp_path, ["/bin/true"], sandbox=sandbox, cwd=str(cwd),
+                                                read=[str(cwd)], stdin_file=None, **checks)))
+    assert [i["kind"] for i in swapped] == ["spawn-error"], swapped
+    assert "changed between the agent() call and its launch" in swapped[0]["detail"]
+    (tmp_path / "daemon-state").mkdir()
+    into = list(node_agent.run_agent(payload(tmp_path, ["/bin/true"], sandbox=sandbox, cwd=str(tmp_path / "cwd"),
+                                             write=[str(tmp_path / "daemon-state")], stdin_file=None, **checks)))
+    assert [i["kind"] for i in into] == ["spawn-error"] and "the daemon's state" in into[0]["detail"], into
+
+
 LAYOUT = HostLayout(symlinks=(), dirs=(), bwrap="/usr/bin/bwrap", setpriv="/usr/bin/setpriv")
 USER = SandboxUser(uid=600003, gid=600003, name="caller bob")
 
@@ -199,12 +224,29 @@ USER = SandboxUser(uid=600003, gid=600003, name="caller bob")
     ("bwrap", attrs.evolve(LAYOUT, bwrap=None), 0, USER, "bubblewrap is not installed"),
     ("bwrap", LAYOUT, 0, None, "would run as root in its namespace"),
     ("bwrap", LAYOUT, 1000, USER, "runs as uid 1000, which cannot switch to it"),
+    ("bwrap", LAYOUT, 600003, USER, None),                                  # already that uid: no switch
     ("bwrap", attrs.evolve(LAYOUT, setpriv=None), 0, USER, "setpriv (util-linux) is not installed"),
 ])
 def test_what_a_node_refuses(wanted: str, layout: HostLayout, euid: int, user: SandboxUser | None,
                              said: str | None) -> None:
     why = confine.refusal(wanted, layout, euid, user, "w1")
     assert (why is None) if said is None else (said in (why or "") and "w1" in (why or "")), why
+
+
+def test_the_boot_check_says_when_a_node_would_refuse_agents(tmp_path: Path, node_dir: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The nodes page and the daemon's log learn it at the node's boot check, not from
+    the first agent's failure."""
+    from swarmbase.node import probe
+    if not shutil.which("bwrap"):
+        pytest.fail("bubblewrap is required for this test (tests/install.sh installs it)")
+    monkeypatch.setattr(probe, "where", lambda: ("nodeid1", "w1"))
+    root = os.geteuid() == 0
+    ok = probe.check_node("own1", "b1", sys.executable, [], "bwrap", confine.payload_user(USER) if root else None)
+    assert ok["sandbox"] == "bwrap", ok
+    refused = probe.check_node("own1", "b1", sys.executable, [], "bwrap", None if root else confine.payload_user(USER))
+    assert refused["sandbox"].startswith(probe.REFUSES), refused
+    assert ("the daemon named no uid" if root else "cannot switch to it") in refused["sandbox"], refused
 
 
 def test_the_payload_carries_the_uid_and_the_door_both_ways() -> None:

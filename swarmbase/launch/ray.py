@@ -199,7 +199,10 @@ class RayLauncher(NodeWatcher, LauncherBase):
                 # What the node's sandbox needs from here (node/confine.py): the caller's uid,
                 # where its door may lead, and the seccomp profile.
                 "user": confine.payload_user(self.user_for(spec.owner)),
-                "egress": confine.payload_egress(spec.egress), "nesting": spec.nesting}
+                "egress": confine.payload_egress(spec.egress), "nesting": spec.nesting,
+                # What the node checks its paths against right before the start (launch/pins.py).
+                "cwd_roots": list(spec.cwd_roots), "caller_paths": list(spec.caller_paths),
+                "forbidden": [str(self.cfg.state_dir), str(self.cfg.homes_dir)]}
 
     def _submit(self, payload: dict[str, Any], shipped: bytes | None) -> Any:
         opts: dict[str, Any] = {"num_returns": "streaming", "max_retries": 0, "num_cpus": 0,

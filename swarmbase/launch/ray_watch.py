@@ -10,10 +10,12 @@ import logging
 import os
 import secrets
 import time
-from typing import Any
+from typing import Any, Callable
 
 import trio
 
+from ..identity import SandboxUser
+from ..node import confine, probe
 from . import ray_nodes
 from .ray_nodes import PlacementError
 
@@ -40,6 +42,7 @@ class NodeWatcher:
     error: str | None
     _ray: Any
     _check_fn: Any
+    user_for: Callable[[str | None], SandboxUser | None]
 
     async def refresh_nodes(self) -> list[dict[str, Any]]:
         raise NotImplementedError
@@ -95,7 +98,8 @@ class NodeWatcher:
             ref = self._check_fn.options(
                 num_cpus=0, max_retries=0, name="swarmbase-node-check",
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
-                    self.owner, self.boot, cli, nonces)
+                    self.owner, self.boot, cli, nonces, self.cfg.sandbox_mode,
+                    confine.payload_user(self.user_for(None)))
             return ray.get(ref, timeout=CHECK_TIMEOUT_S)
 
         try:
@@ -104,6 +108,8 @@ class NodeWatcher:
             result = {"error": ray_nodes.describe_failure(e, ray_nodes.node_name(node))}
             log.warning("node %s: check failed: %s", node_id, result["error"])
         else:
+            if str(result.get("sandbox", "")).startswith(probe.REFUSES):
+                log.warning("node %s %s", ray_nodes.node_name(node), result["sandbox"])
             reaped = result.get("reaped") or {}
             if reaped.get("killed"):
                 log.warning("node %s: reaped %d leftover agent processes of an earlier daemon life",

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 import attrs
 
 from .. import identity, seccomp
+from ..launch import pins
 from ..launch.netns import Namespace, thread_can_unshare
 from ..launch.ray_nodes import NAME_LABEL
 from ..launch.sandbox import Confinement, HostLayout, inside_path, wrap
@@ -82,6 +83,8 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
     if why is not None:
         yield {"kind": "spawn-error", "detail": why}
         return
+    if os.geteuid() != 0:
+        user = None                    # a plain node already is the uid it may run agents as
     mode = "none" if payload["sandbox"] == "none" else "bwrap"
     proc: Guarded | None = None
     with ExitStack() as held:          # what the CLI's start needs open: filter, namespace, door
@@ -102,24 +105,21 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
                 yield {"kind": "spawn-error", "detail": f"the executable is missing on node {name}: {cli}"}
                 return
             paths = _Paths(payload["placeholder"], "", payload["cwd"] if shipped is not None else None, cwd)
-            read = [paths.cwd(p) for p in payload["read"]]
-            conf = Confinement(cwd=cwd, read=tuple(p for p in read if os.path.exists(p)),
-                               write=tuple(paths.cwd(p) for p in payload["write"]), private=str(private),
-                               network=payload["network"])
+            try:
+                pinned = _pin(payload, paths, cwd, private, work if shipped is not None else None)
+            except OSError as e:           # LaunchRefused (a swapped path), or one that is gone
+                yield {"kind": "spawn-error", "detail": str(e)}
+                return
+            held.callback(pinned.close)
+            conf = Confinement(cwd=cwd, read=tuple(pinned.read), write=tuple(pinned.write), private=str(private),
+                               network=payload["network"], fds=dict(pinned.fds) if mode == "bwrap" else {})
             ns: Namespace | None = None
             if mode == "bwrap":
                 try:
-                    conf = attrs.evolve(conf, nesting=bool(payload.get("nesting")), user=user,
-                                        seccomp_fd=_closing(held, seccomp.program_fd(
-                                            "nesting" if payload.get("nesting") else "strict")))
+                    conf, ns = _sandbox(held, payload, conf, user)
                 except seccomp.SeccompUnavailable as e:
                     yield {"kind": "spawn-error", "detail": f"node {name} cannot build the sandbox's seccomp filter: {e}"}
                     return
-                egress = confine.egress_of(payload)
-                if payload["network"] and egress is not None:
-                    ns = Namespace(egress, _netns_kind())
-                    held.callback(ns.close)
-                    conf = attrs.evolve(conf, hosts_fd=ns.hosts_fd)
             paths.agent_dir = inside_path(conf, mode, str(private))
             argv = [paths(a) for a in payload["argv"]]
             env = {k: paths(v) for k, v in payload["env"].items()}
@@ -160,6 +160,39 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
             record.unlink(missing_ok=True)
             shutil.rmtree(private, ignore_errors=True)
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _sandbox(held: ExitStack, payload: dict[str, Any], conf: Confinement, user: identity.SandboxUser | None
+             ) -> tuple[Confinement, Namespace | None]:
+    """What LocalLauncher.confinement and .open add to a local agent's sandbox: the
+    caller's uid, the seccomp filter, and the namespace with the agent's doors (None:
+    the node's network, as the daemon gives an agent without an egress list). What must
+    stay open until the CLI ends is left in `held`."""
+    profile = "nesting" if payload.get("nesting") else "strict"
+    conf = attrs.evolve(conf, nesting=profile == "nesting", user=user,
+                        seccomp_fd=_closing(held, seccomp.program_fd(profile)))
+    egress = confine.egress_of(payload)
+    if not (payload["network"] and egress is not None):
+        return conf, None
+    ns = Namespace(egress, _netns_kind())
+    held.callback(ns.close)
+    return attrs.evolve(conf, hosts_fd=ns.hosts_fd), ns
+
+
+def _pin(payload: dict[str, Any], paths: "_Paths", cwd: str, private: Path, work: Path | None) -> pins.Pinned:
+    """The agent's paths pinned and checked right before it starts, as LocalLauncher._pin
+    does (launch/pins.py): a dir of a shared root swapped for a symlink meanwhile (to this
+    node's state, the daemon's, the Ray token) is refused, and bwrap binds the fds. What
+    no agent may see here: this node's state dir, the daemon's dirs (one machine may be
+    both) and the cluster token; a shipped workspace is the one dir of the node's state
+    it may have."""
+    token = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    forbidden = [os.path.realpath(p) for p in (str(state.node_dir()), *payload.get("forbidden", ()), *([token] if token else ()))]
+    read = [paths.cwd(p) for p in payload["read"]]
+    return pins.pin(key=payload["key"], cwd=cwd, read=[p for p in read if os.path.exists(p)],
+                    write=[paths.cwd(p) for p in payload["write"]], private=str(private), forbidden=forbidden,
+                    state_dirs=[str(work)] if work is not None else [], cwd_roots=payload.get("cwd_roots", ()),
+                    caller_paths=[paths.cwd(p) for p in payload.get("caller_paths", ())])
 
 
 def _write_private(private: Path, payload: dict[str, Any]) -> None:

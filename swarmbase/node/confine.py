@@ -8,7 +8,8 @@ the same uid, as that caller's local agents), the one host:port the agent's door
 reach (launch/egress.py), and whether the CLI builds a sandbox of its own (the seccomp
 profile). A root node drops to that uid before the sandbox, exactly as a root daemon
 does; a node that is not root runs agents as its own user, as a daemon that is not root
-does, and refuses a uid it cannot switch to. Pure functions: the node's facts are
+does, and refuses a uid it cannot switch to (one it already is, a shared `sandboxUser`
+that is the node's Ray user, is no switch). Pure functions: the node's facts are
 passed in (agent.py reads them).
 """
 
@@ -55,7 +56,7 @@ def refusal(wanted: str, layout: HostLayout, euid: int, user: SandboxUser | None
                 "not root runs agents as its own user): the agent would run as root in its namespace. Run the "
                 "daemon as root too (each caller then has a uid of its own on every node), or the node's Ray as "
                 "a plain user")
-    if euid != 0 and user is not None:
+    if euid != 0 and user is not None and user.uid != euid:
         return (f"the daemon runs this caller's agents as uid {user.uid}, and node {node}'s Ray runs as uid "
                 f"{euid}, which cannot switch to it: run the node's Ray as root (agents then drop to the caller's "
                 "uid, as on the daemon's machine)")

@@ -1,7 +1,9 @@
 """The check a daemon runs on every agent node at boot (and when a node joins): reap what
 its earlier lives left there, and say whether the node can run agents — the CLI binary,
 each shared root (the daemon wrote a nonce file there; the node must read the same
-bytes), its state dir, bubblewrap, and its swarmbase version."""
+bytes), its state dir, whether it can give agents the daemon's sandbox (bubblewrap, the
+caller's uid: node/confine.py, the rule each agent's start applies), and its swarmbase
+version."""
 
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ import tempfile
 from importlib import metadata
 from typing import Any
 
-from . import state
+from ..launch.sandbox import HostLayout
+from . import confine, state
 from .agent import where
+
+REFUSES = "refuses agents: "
 
 
 def _check_root(path: str, nonce_name: str, nonce: str) -> dict[str, Any]:
@@ -35,7 +40,17 @@ def _check_root(path: str, nonce_name: str, nonce: str) -> dict[str, Any]:
     return {"path": path, "ok": True, "detail": "shared"}
 
 
-def check_node(owner: str, boot: str, cli: str, roots: list[tuple[str, str, str]]) -> dict[str, Any]:
+def sandbox_check(wanted: str, user: dict[str, Any] | None, name: str) -> str:
+    """What the nodes page says of the node's sandbox; REFUSES and the reason when its
+    agents would be refused (`user`: one the daemon would send, for the rule's sake)."""
+    why = confine.refusal(wanted, HostLayout.probe(), os.geteuid(), confine.user_of({"user": user}), name)
+    if why is not None:
+        return REFUSES + why
+    return "bwrap" if shutil.which("bwrap") else "none (bubblewrap is not installed)"
+
+
+def check_node(owner: str, boot: str, cli: str, roots: list[tuple[str, str, str]], sandbox: str = "bwrap",
+               user: dict[str, Any] | None = None) -> dict[str, Any]:
     node_id, name = where()
     reaped = state.reap(owner, boot)
     cli_ok = os.path.isfile(cli) and os.access(cli, os.X_OK)
@@ -55,5 +70,5 @@ def check_node(owner: str, boot: str, cli: str, roots: list[tuple[str, str, str]
             "cli": {"path": cli, "ok": cli_ok, "detail": "found" if cli_ok else "missing or not executable"},
             "roots": [_check_root(p, n, v) for p, n, v in roots],
             "stateDir": {"ok": dir_ok, "detail": dir_detail},
-            "sandbox": "bwrap" if shutil.which("bwrap") else "none (bubblewrap is not installed)",
+            "sandbox": sandbox_check(sandbox, user, name),
             "swarmbase": version, "python": platform.python_version()}
