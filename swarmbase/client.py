@@ -258,6 +258,11 @@ def _close_reason(e: BaseException) -> str:
     if reason is None:
         return "it closed"
     code = getattr(reason, "code", None)
+    said = getattr(reason, "reason", None)
+    if said:
+        # The daemon says why (a rotated token, a removed caller, too many sessions): its
+        # words, not the code's class ("private reserved" for every 4000-4999 code).
+        return f"close code {code}: {printable(str(said), one_line=True)}"
     name = str(getattr(reason, "name", "") or "").replace("_", " ").lower()
     return f"close code {code}" + (f", {name}" if name else "")
 
