@@ -27,6 +27,7 @@ from ..notify.routing import Routes
 from ..runs.observers import Observers
 from ..runs.supervisor import Supervisor
 from . import features, jsonrpc, selection, tool_docs, tools
+from .refusals import Refusals
 from .jsonrpc import Invalid, Notification, Request, Response, RpcError
 
 log = logging.getLogger("swarmbase.mcpl")
@@ -69,6 +70,7 @@ class Hub:
         self.sessions: dict[str, list["Session"]] = {}
         self.routes: dict[str, Routes] = {}
         self.observers = observers if observers is not None else Observers()
+        self.refusals = Refusals()
         self._reported: set[Hashable] = set()
 
     def first_report(self, key: Hashable) -> bool:
@@ -124,9 +126,12 @@ class Hub:
 
 class Session:
     def __init__(self, transport: Transport, caller: Caller | None, sup: Supervisor,
-                 outbox: Outbox, hub: Hub, rng: random.Random | None = None) -> None:
+                 outbox: Outbox, hub: Hub, rng: random.Random | None = None, *,
+                 peer: str = "unknown", presented_sha256: str | None = None) -> None:
         self.t = transport
         self.caller = caller
+        self.peer = peer                            # the remote address, for the refusal log
+        self.presented_sha256 = presented_sha256    # what a refused token hashes to (refusals.py)
         # The hash of the token this connection presented (the one its caller had when it
         # was matched): every reload, and the registration, judge the session by it.
         self.token_sha256 = caller.tokenSha256 if caller is not None else ""
@@ -244,14 +249,21 @@ class Session:
         a frame that is not JSON or nests too deep to parse), is answered -32001 (with the
         request's id when it has one) and the connection closed 4001 at once. Reading on
         would let an unauthenticated peer hold the connection and make the daemon parse
-        what it sends; one that sends nothing is closed after UNAUTH_CLOSE_AFTER_S."""
+        what it sends; one that sends nothing is closed after UNAUTH_CLOSE_AFTER_S. A token
+        the daemon remembers (a removed caller's, a rotated one) is told so; the log has one
+        line per address per refusals.WINDOW_S."""
+        message, once_of = self.hub.refusals.why(self.presented_sha256)
+        unlogged = self.hub.refusals.note(self.peer, trio.current_time())
+        if unlogged is not None:
+            log.warning("refused an MCPL connection from %s: %s%s%s", self.peer, message.removeprefix("unauthorized: "),
+                        f" (caller {once_of})" if once_of else "",
+                        f"; {unlogged} more refused from this address since the last such line" if unlogged else "")
         with trio.move_on_after(UNAUTH_CLOSE_AFTER_S):
             frame = await self.t.receive()
             parsed = jsonrpc.parse_frame(frame if isinstance(frame, str) else frame.decode("utf-8", "replace"))
             messages = [] if isinstance(parsed, RpcError) else parsed
             rid = next((m.id for m in messages if isinstance(m, (Request, Invalid)) and m.id is not None), None)
-            await self.send(jsonrpc.error(rid, RpcError(
-                jsonrpc.UNAUTHORIZED, "unauthorized: the token is missing or matches no caller")))
+            await self.send(jsonrpc.error(rid, RpcError(jsonrpc.UNAUTHORIZED, message)))
         await self.close(CLOSE_UNAUTHORIZED, "unauthorized")
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
