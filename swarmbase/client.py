@@ -123,12 +123,17 @@ class HostClient:
         await self.ws.send_message(json.dumps(msg))
 
     async def handshake(self, mcpl_version: str | None = "0.5", grant: bool = True,
-                        client_name: str = "swarmbase-client", notices: bool = True) -> dict[str, Any]:
-        """`notices=False` selects the tools set only: nothing is pushed to this host."""
+                        client_name: str = "swarmbase-client", notices: bool = True,
+                        own_runs_only: bool = False) -> dict[str, Any]:
+        """`notices=False` selects the tools set only: nothing is pushed to this host.
+        `own_runs_only`: only the notices of runs started from this connection (the
+        daemon leaves the caller's other notices to its other sessions)."""
         sets = ["swarmbase", "swarmbase.notify"] if notices else ["swarmbase"]
         caps: dict[str, Any] = {}
         if mcpl_version is not None:
             caps = {"experimental": {"mcpl": {"version": mcpl_version, "pushEvents": True, "featureSets": True}}}
+            if own_runs_only:
+                caps["experimental"]["swarmbase"] = {"notices": "ownRuns"}
         init = await self.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": caps,
                                                  "clientInfo": {"name": client_name, "version": "1"}})
         await self.notify("notifications/initialized")
@@ -207,8 +212,10 @@ async def _main(args: argparse.Namespace) -> int:
     url = f"ws://127.0.0.1:{cfg.port}/mcpl"
     out = Output(sys.stdout)
     async with connect(url, token) as host:
-        # A one-shot call must not take (and acknowledge) notices queued for the caller's host.
-        await host.handshake(notices=args.wait)
+        # A one-shot call must not take (and acknowledge) notices queued for the caller's
+        # host, and `--wait` takes only its own run's: this connection sits beside the
+        # caller's resident host, which keeps its session (and every other notice).
+        await host.handshake(notices=args.wait, own_runs_only=True)
         try:
             result = await host.tool(args.tool, arguments)
         except RpcFailure as e:
@@ -251,6 +258,11 @@ def _close_reason(e: BaseException) -> str:
     if reason is None:
         return "it closed"
     code = getattr(reason, "code", None)
+    said = getattr(reason, "reason", None)
+    if said:
+        # The daemon says why (a rotated token, a removed caller, too many sessions): its
+        # words, not the code's class ("private reserved" for every 4000-4999 code).
+        return f"close code {code}: {printable(str(said), one_line=True)}"
     name = str(getattr(reason, "name", "") or "").replace("_", " ").lower()
     return f"close code {code}" + (f", {name}" if name else "")
 

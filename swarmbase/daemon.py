@@ -39,6 +39,7 @@ from .engines.think_run import ClaudeThink, InDaemon
 from .lag import LagProbe
 from .launch.local import LocalLauncher
 from .launch.spec import Launcher, Placements
+from .mcpl.refusals import token_sha256
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
 from .metrics import Metrics, register_metrics
 from .notify.outbox import Outbox
@@ -185,8 +186,11 @@ def make_app(services: Services) -> QuartTrio:
     @app.websocket("/mcpl")
     async def mcpl_ws() -> None:
         await websocket.accept()
-        caller = caller_for_token(services.cfg, websocket.args.get("token"))
-        session = Session(_QuartTransport(), caller, services.supervisor, services.outbox, services.hub)
+        token = websocket.args.get("token")
+        caller = caller_for_token(services.cfg, token)
+        session = Session(_QuartTransport(), caller, services.supervisor, services.outbox, services.hub,
+                          peer=websocket.remote_addr or "unknown",
+                          presented_sha256=None if caller is not None else token_sha256(token))
         async with trio.open_nursery() as nursery:
             async def serve() -> None:
                 await session.serve()

@@ -206,6 +206,7 @@ async def _reload(services: Any, running: Config, read_at: float) -> reload.Plan
         return None
     clock.mark("plan")
     swap(services, plan.config)
+    services.hub.refusals.retire(running, plan.config)     # "this token was rotated", not "matches no caller"
     clock.mark("swap")
     await close_sessions(services.hub, plan.config)
     clock.mark("sessions")

@@ -154,3 +154,42 @@ async def test_wait_piped_into_head_exits_quietly(tmp_path: Path, nursery: trio.
     assert out.stderr == b"", out.stderr.decode()
     assert out.returncode == 141
     gates[1].unlink()
+
+
+@pytest.mark.timeout(90)
+async def test_a_client_the_daemon_closes_prints_the_daemons_reason(tmp_path: Path, nursery: trio.Nursery) -> None:
+    # Issue 32.5: the client waiting on a run is the caller's oldest session when eight more
+    # connect; it is closed with 4000, and says why in the daemon's words (it printed
+    # "close code 4000, private reserved").
+    from contextlib import AsyncExitStack
+
+    from swarmbase.client import connect
+    from swarmbase.mcpl.session import MAX_SESSIONS_PER_CALLER
+    env, argv, gates = await gated(tmp_path, nursery)
+    proc = await trio.lowlevel.open_process(argv, env=client_env(env), stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE)
+    try:
+        with trio.fail_after(60):
+            out = b""
+            while b"phase: first" not in out:          # connected, its run going
+                chunk = await proc.stdout.receive_some(65536)
+                assert chunk, out.decode()
+                out += chunk
+            waited = json.loads(out[:out.index(b"}") + 1])["runId"]
+            async with AsyncExitStack() as stack:
+                for _ in range(MAX_SESSIONS_PER_CALLER):
+                    h = await stack.enter_async_context(connect(env.ws, env.tokens["alice"]))
+                    await h.handshake()
+                err = b""
+                while chunk := await proc.stderr.receive_some(65536):
+                    err += chunk
+                assert await proc.wait() == 1
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert err.decode().strip().splitlines() == [
+        f"swarmbase.client: lost the connection to the daemon (close code 4000: replaced: caller alice has more "
+        f"than 8 sessions open; the oldest is closed) while waiting for {waited}; its end notice stays queued "
+        f"for this caller"], err.decode()
+    for g in gates:
+        g.unlink()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import types
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,9 @@ class MemHost:
     def __init__(self, outbox: Outbox, hub: Hub, seed: int = 1) -> None:
         cfg = config.parse(json.dumps({"callers": [{"name": "a", "tokenSha256": "c" * 64}]}), Path("config.json"))
         self.t = MemTransport()
-        self.session = Session(self.t, cfg.callers[0], sup=None, outbox=outbox, hub=hub,  # type: ignore[arg-type]
+        # The session reads only the live config of its Supervisor here (its token check).
+        sup = types.SimpleNamespace(env=types.SimpleNamespace(cfg=cfg))
+        self.session = Session(self.t, cfg.callers[0], sup=sup, outbox=outbox, hub=hub,  # type: ignore[arg-type]
                                rng=random.Random(seed))
         self._next = 100
 

@@ -185,15 +185,29 @@ async def test_http_get_on_ws_path_is_426_and_healthz(running: Env) -> None:
         assert (await c.get(running.url + "/healthz")).status_code == 200
 
 
-async def test_same_caller_reconnect_replaces_old_connection(running: Env) -> None:
-    with trio.fail_after(10):
-        async with connect(running.ws, running.tokens["alice"]) as old:
-            await old.handshake()
-            async with connect(running.ws, running.tokens["alice"]) as new:
-                await new.handshake()
-                await old.closed_event.wait()
-                assert old.closed.reason.code == 4000
-                assert await new.request("ping") == {}
+async def test_sessions_of_one_caller_coexist_up_to_the_cap(running: Env) -> None:
+    # Issue 32.15: a second connection of the caller no longer closes the first; only the
+    # ninth closes the oldest (32.5: with the reason the client prints).
+    from contextlib import AsyncExitStack
+
+    from swarmbase.mcpl.session import MAX_SESSIONS_PER_CALLER
+    with trio.fail_after(20):
+        async with AsyncExitStack() as stack:
+            hosts = [await stack.enter_async_context(connect(running.ws, running.tokens["alice"]))
+                     for _ in range(MAX_SESSIONS_PER_CALLER)]
+            for h in hosts:
+                await h.handshake()
+            for h in hosts:
+                assert await h.request("ping") == {}
+            assert not any(h.closed_event.is_set() for h in hosts)
+            newest = await stack.enter_async_context(connect(running.ws, running.tokens["alice"]))
+            await newest.handshake()
+            await hosts[0].closed_event.wait()
+            assert hosts[0].closed is not None
+            assert (hosts[0].closed.reason.code, hosts[0].closed.reason.reason) == (
+                4000, "replaced: caller alice has more than 8 sessions open; the oldest is closed")
+            for h in hosts[1:] + [newest]:
+                assert await h.request("ping") == {}
 
 
 # -- tools: good and bad params ---------------------------------------------------

@@ -1,9 +1,15 @@
 """Real host builds' quirks against the daemon over real WebSockets: the featureSets form
-each host parses, refusals that hold one notice without blocking the rest, and the
-dashboard links (publicUrl) handed to callers."""
+each host parses, refusals that hold one notice without blocking the rest, the
+dashboard links (publicUrl) handed to callers, and the README's client beside a resident
+host of the same caller."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +22,9 @@ from swarmbase.mcpl import features
 from swarmbase.mcpl import selection
 from swarmbase.script.runner import RunnerLimits
 
-from .conftest import Env, run_to_end, start_daemon, write_config
-from .hosts import AgentFrameworkLike, HarnessCrashed, HarnessLike
+from .conftest import Env, fake_daemon, run_to_end, start_daemon, write_config
+from .hosts import AgentFrameworkLike, AgentFrameworkV05Branches, HarnessCrashed, HarnessLike
+from .sockets import free_port
 
 # -- featureSets form per host ---------------------------------------------------------
 
@@ -174,3 +181,72 @@ async def test_run_status_list_and_notices_carry_the_dashboard_url(tmp_path: Pat
         import httpx
         async with httpx.AsyncClient() as c:         # the loopback link is the run's page
             assert (await c.get(url)).status_code == 200
+
+
+# -- the operator's client beside the resident host ---------------------------------------
+
+async def client_run(env: Env, script: str, *flags: str) -> trio.Process:
+    """`python -m swarmbase.client alice run …` as the README gives it, stdout piped."""
+    argv = [sys.executable, "-m", "swarmbase.client", "alice", "run", json.dumps({"script": script}), *flags]
+    return await trio.lowlevel.open_process(argv, env=dict(os.environ, SWARMBASE_CONFIG=str(env.state / "config.json")),
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+async def read_until(proc: trio.Process, text: str, marker: str | re.Pattern[str]) -> str:
+    assert proc.stdout is not None
+    while not (re.search(marker, text) if isinstance(marker, re.Pattern) else marker in text):
+        chunk = await proc.stdout.receive_some(65536)
+        assert chunk, text
+        text += chunk.decode()
+    return text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("build", ["agent-framework 0.4", "agent-framework 0.5 branches"])
+async def test_the_readme_client_never_disturbs_the_resident_host(tmp_path: Path, nursery: trio.Nursery,
+                                                                  build: str) -> None:
+    # Issue 32.15: a resident host of alice stays attached while the operator runs
+    # `python -m swarmbase.client alice run … --wait` (and a one-shot `run`) from a shell.
+    # The client gets its own run's end notice and nothing else; the resident gets its own
+    # run's and the one-shot's (whose connection is gone), each exactly once, and is
+    # never closed.
+    env = await fake_daemon(tmp_path, nursery, port=free_port())
+    gates = {name: tmp_path / name for name in ("resident", "shell")}
+    for g in gates.values():
+        g.write_text("")
+    host: Any = AgentFrameworkLike() if build.endswith("0.4") else AgentFrameworkV05Branches(
+        ["swarmbase", "swarmbase.notify"])
+    with trio.fail_after(100):
+        async with connect(env.ws, env.tokens["alice"], push_answer=host.answer) as h:
+            await host.handshake(h)
+
+            async def tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+                if isinstance(host, AgentFrameworkV05Branches):
+                    return await host.tool(h, name, arguments)
+                return await h.tool(name, arguments)
+            mine = (await tool("run", {"script": f"return await agent('waitfile:{gates['resident']}')"})
+                    )["structuredContent"]["runId"]
+
+            waiting = await client_run(env, f"return await agent('waitfile:{gates['shell']}')", "--wait")
+            try:
+                text = await read_until(waiting, "", re.compile(r"run_[0-9a-f]{12}"))
+                theirs = re.findall(r"run_[0-9a-f]{12}", text)[0]
+                # The resident's run ends while the client waits: its notice is the resident's.
+                gates["resident"].unlink()
+                await h.wait_notice(f"{mine}:end")
+                # A one-shot run from the shell: its connection is gone before it ends.
+                one_shot = await client_run(env, "return 'from the shell'")
+                out, _ = await one_shot.stdout.receive_some(65536), await one_shot.wait()   # type: ignore[union-attr]
+                shot = re.findall(r"run_[0-9a-f]{12}", out.decode())[0]
+                await h.wait_notice(f"{shot}:end")
+                gates["shell"].unlink()
+                text = await read_until(waiting, text, f"{theirs}:end")
+                assert await waiting.wait() == 0
+            finally:
+                if waiting.returncode is None:
+                    waiting.kill()
+            assert not h.closed_event.is_set()
+            assert await h.request("ping") == {}
+            assert f"{mine}:end" not in text and f"{shot}:end" not in text      # the client's own only
+            assert dict(host.attempts) == {f"{mine}:end": 1, f"{shot}:end": 1}  # the resident's, once each
+            assert env.services.outbox.pending("alice") == []                   # every one acknowledged

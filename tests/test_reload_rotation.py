@@ -65,13 +65,28 @@ async def test_twelve_rotations_close_the_attached_session_with_4004_each_time(t
                     assert dave.closed is not None, f"round {round_}: the connection ended without a close frame"
                     assert (dave.closed.reason.code, dave.closed.reason.reason) == (
                         4004, "the caller's token was rotated; reconnect with the new token"), round_
-                # The old token is refused; the other caller's session never noticed.
+                # The old token is refused, and told why (issue 32.16); the other caller's
+                # session never noticed.
                 async with connect(d.ws, token) as old:
-                    with pytest.raises((RpcFailure, ConnectionLost)):
+                    with pytest.raises(RpcFailure) as refused:
                         await old.handshake()
+                assert refused.value.error == {
+                    "code": -32001, "message": "unauthorized: this token was rotated; connect with the caller's new token"}
                 token = new_tok
                 assert await alice.request("ping") == {}
             assert not alice.closed_event.is_set()
+            edit_config(path, lambda cfg: cfg.update(callers=[c for c in cfg["callers"] if c["name"] != "dave"]))
+            st = await sighup_and_wait(d, state)
+            assert st["message"] == "config reloaded: removed caller dave", st
+            async with connect(d.ws, token) as old:
+                with pytest.raises(RpcFailure) as refused:
+                    await old.handshake()
+            assert refused.value.error["message"] == "unauthorized: this caller was removed from the daemon's config"
+        # The daemon's log said so, naming the caller, never the token.
+        log = d.stderr.decode()
+        assert "refused an MCPL connection from 127.0.0.1: this token was rotated; connect with the caller's new " \
+               "token (caller dave)" in log
+        assert tokens["dave"] not in log and token not in log
 
 
 # -- the holes, in-process ----------------------------------------------------------------

@@ -23,9 +23,11 @@ from .. import __version__, reload
 from ..config import Caller, Config
 from ..notify.delivery import Delivery
 from ..notify.outbox import Outbox
+from ..notify.routing import Routes
 from ..runs.observers import Observers
 from ..runs.supervisor import Supervisor
 from . import features, jsonrpc, selection, tool_docs, tools
+from .refusals import Refusals
 from .jsonrpc import Invalid, Notification, Request, Response, RpcError
 
 log = logging.getLogger("swarmbase.mcpl")
@@ -55,13 +57,20 @@ def caller_for_token(cfg: Config, token: str | None) -> Caller | None:
     return found
 
 
+MAX_SESSIONS_PER_CALLER = 8
+
+
 class Hub:
-    """The live session of each caller (a new connection replaces the old one), the
-    daemon's log-once for what hosts answer, and who watches deliveries."""
+    """The open sessions of each caller (several coexist: a resident host and the
+    operator's client; beyond MAX_SESSIONS_PER_CALLER the oldest is closed), the routes
+    their notices take (notify/routing.py), the daemon's log-once for what hosts answer,
+    and who watches deliveries."""
 
     def __init__(self, observers: Observers | None = None) -> None:
-        self.sessions: dict[str, "Session"] = {}
+        self.sessions: dict[str, list["Session"]] = {}
+        self.routes: dict[str, Routes] = {}
         self.observers = observers if observers is not None else Observers()
+        self.refusals = Refusals()
         self._reported: set[Hashable] = set()
 
     def first_report(self, key: Hashable) -> bool:
@@ -74,23 +83,29 @@ class Hub:
         self._reported.add(key)
         return True
 
+    def routes_of(self, caller_name: str) -> Routes:
+        """One per caller name (names come from the config only, so this stays small)."""
+        return self.routes.setdefault(caller_name, Routes())
+
     def attach(self, session: "Session") -> "Session | None":
-        """Register `session`; the session of its caller it replaces (for the caller to
-        close), if any. Synchronous, so the token check just before it and the
-        registration see the same config."""
+        """Register `session`; the caller's oldest session when this one makes more than
+        MAX_SESSIONS_PER_CALLER (for the caller to close). Synchronous, so the token check
+        just before it and the registration see the same config."""
         assert session.caller is not None
-        old = self.sessions.get(session.caller.name)
-        self.sessions[session.caller.name] = session
-        return old if old is not session else None
+        name = session.caller.name
+        open_ = self.sessions.setdefault(name, [])
+        open_.append(session)
+        self.routes_of(name).open(session)
+        return open_[0] if len(open_) > MAX_SESSIONS_PER_CALLER else None
 
     def open_sessions(self) -> list["Session"]:
-        return list(self.sessions.values())
+        return [s for open_ in self.sessions.values() for s in open_]
 
     async def drain(self) -> None:
         """Shutdown: every connected host gets what is pending for it, and the answers to
         pushes in flight are acknowledged (the daemon bounds the wait: a host that does
         not answer gets those notices again after the restart, with the same eventIds)."""
-        deliveries = [s.delivery for s in self.sessions.values()]
+        deliveries = [s.delivery for s in self.open_sessions()]
         for d in deliveries:
             d.drain()
         for d in deliveries:
@@ -98,27 +113,40 @@ class Hub:
                 await d.drained.wait()
 
     def detach(self, session: "Session") -> None:
-        if session.caller and self.sessions.get(session.caller.name) is session:
-            del self.sessions[session.caller.name]
+        if session.caller is None:
+            return
+        name = session.caller.name
+        open_ = self.sessions.get(name, [])
+        if session in open_:
+            open_.remove(session)
+            self.routes_of(name).close(session)
+        if not open_:
+            self.sessions.pop(name, None)
 
 
 class Session:
     def __init__(self, transport: Transport, caller: Caller | None, sup: Supervisor,
-                 outbox: Outbox, hub: Hub, rng: random.Random | None = None) -> None:
+                 outbox: Outbox, hub: Hub, rng: random.Random | None = None, *,
+                 peer: str = "unknown", presented_sha256: str | None = None) -> None:
         self.t = transport
         self.caller = caller
+        self.peer = peer                            # the remote address, for the refusal log
+        self.presented_sha256 = presented_sha256    # what a refused token hashes to (refusals.py)
         # The hash of the token this connection presented (the one its caller had when it
         # was matched): every reload, and the registration, judge the session by it.
         self.token_sha256 = caller.tokenSha256 if caller is not None else ""
         self.sup = sup
         self.outbox = outbox
         self.hub = hub
-        self.delivery = Delivery(self, outbox, hub.observers, hub.first_report, rng or random.Random())
+        routes = hub.routes_of(caller.name) if caller is not None else Routes()
+        self.delivery = Delivery(self, outbox, routes, hub.observers, hub.first_report, rng or random.Random())
         self.initialized = False
         self.mcpl_version: str | None = None   # None: a plain MCP client
         self.client_name: str | None = None
         self.grant = features.EMPTY_GRANT
         self.selection: selection.Selection | None = None   # set at initialize for an MCPL host
+        self.notices_of_own_runs_only = False       # the client's `--wait`: see _initialize
+        self._own_runs: set[str] = set()            # runs started (or resumed into) from here
         self.grant_changed = trio.Event()
         self._next_id = 0
         self._waiting: dict[int, trio.MemorySendChannel[Response]] = {}
@@ -167,10 +195,25 @@ class Session:
     def can_push(self) -> bool:
         return self.grant.can_push
 
+    # -- what routing reads (notify/routing.py Route) ----------------------------
+    @property
+    def own_runs_only(self) -> bool:
+        return self.notices_of_own_runs_only
+
+    def owns(self, run_id: str) -> bool:
+        return run_id in self._own_runs
+
     def _set_grant(self, grant: features.Grant) -> None:
         self.grant = grant
         ev, self.grant_changed = self.grant_changed, trio.Event()
         ev.set()
+        self.delivery.routes.changed()      # another session may now take (or leave) a notice
+
+    def _started(self, params: Any, result: dict[str, Any]) -> None:
+        run_id = tools.started_run(params, result)
+        if run_id is not None:
+            self._own_runs.add(run_id)
+            self.delivery.routes.changed()
 
     # -- main loop ------------------------------------------------------------
     async def serve(self) -> None:
@@ -192,7 +235,8 @@ class Session:
             replaced = self.hub.attach(self)
             try:
                 if replaced is not None:
-                    await replaced.close(CLOSE_REPLACED, "replaced by a newer connection of the same caller")
+                    await replaced.close(CLOSE_REPLACED, f"replaced: caller {self.caller.name} has more than "
+                                                         f"{MAX_SESSIONS_PER_CALLER} sessions open; the oldest is closed")
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self.delivery.run)
                     await self._read_loop(nursery)
@@ -205,14 +249,21 @@ class Session:
         a frame that is not JSON or nests too deep to parse), is answered -32001 (with the
         request's id when it has one) and the connection closed 4001 at once. Reading on
         would let an unauthenticated peer hold the connection and make the daemon parse
-        what it sends; one that sends nothing is closed after UNAUTH_CLOSE_AFTER_S."""
+        what it sends; one that sends nothing is closed after UNAUTH_CLOSE_AFTER_S. A token
+        the daemon remembers (a removed caller's, a rotated one) is told so; the log has one
+        line per address per refusals.WINDOW_S."""
+        message, once_of = self.hub.refusals.why(self.presented_sha256)
+        unlogged = self.hub.refusals.note(self.peer, trio.current_time())
+        if unlogged is not None:
+            log.warning("refused an MCPL connection from %s: %s%s%s", self.peer, message.removeprefix("unauthorized: "),
+                        f" (caller {once_of})" if once_of else "",
+                        f"; {unlogged} more refused from this address since the last such line" if unlogged else "")
         with trio.move_on_after(UNAUTH_CLOSE_AFTER_S):
             frame = await self.t.receive()
             parsed = jsonrpc.parse_frame(frame if isinstance(frame, str) else frame.decode("utf-8", "replace"))
             messages = [] if isinstance(parsed, RpcError) else parsed
             rid = next((m.id for m in messages if isinstance(m, (Request, Invalid)) and m.id is not None), None)
-            await self.send(jsonrpc.error(rid, RpcError(
-                jsonrpc.UNAUTHORIZED, "unauthorized: the token is missing or matches no caller")))
+            await self.send(jsonrpc.error(rid, RpcError(jsonrpc.UNAUTHORIZED, message)))
         await self.close(CLOSE_UNAUTHORIZED, "unauthorized")
 
     async def _read_loop(self, nursery: trio.Nursery) -> None:
@@ -245,6 +296,9 @@ class Session:
                 value = await trio.to_thread.run_sync(tools.call, self.sup, self.caller, msg.params)
             else:
                 value = self._handle(msg, nursery)
+            if msg.method == "tools/call":
+                # Before any checkpoint: the run cannot have ended (and its notice been routed).
+                self._started(msg.params, value)
             await self.send(jsonrpc.result(msg.id, value))
         except RpcError as e:
             await self.send(jsonrpc.error(msg.id, e))
@@ -299,6 +353,9 @@ class Session:
         caps = object_at(params, "capabilities")
         exp = object_at(caps, "experimental")
         mcpl = exp.get("mcpl")
+        # `python -m swarmbase.client … --wait` asks for its own runs' notices only, so it
+        # never takes (and acknowledges) one meant for the caller's resident host.
+        self.notices_of_own_runs_only = object_at(exp, "swarmbase").get("notices") == "ownRuns"
         info = object_at(params, "clientInfo")
         self.client_name = info.get("name") if isinstance(info.get("name"), str) else None
         self.initialized = True

@@ -338,3 +338,12 @@ def call(sup: Supervisor, caller: Caller, params: Any) -> dict[str, Any]:
         msg = str(e)
         return {"content": [{"type": "text", "text": msg}], "structuredContent": {"error": msg}, "isError": True}
     return {"content": [{"type": "text", "text": render(name, value)}], "structuredContent": value}
+
+
+def started_run(params: Any, result: dict[str, Any]) -> str | None:
+    """The run a successful `run` or `resume` call started: its notices go to the session
+    that made the call while it is open (notify/routing.py)."""
+    if not isinstance(params, dict) or params.get("name") not in ("run", "resume") or result.get("isError"):
+        return None
+    run_id = (result.get("structuredContent") or {}).get("runId")
+    return run_id if isinstance(run_id, str) else None

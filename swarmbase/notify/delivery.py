@@ -19,8 +19,10 @@ close, and the sessions be cancelled, with answers on the wire). Nothing that wo
 (a grant, a backoff) is started while draining.
 
 The loop is given a narrow PushPeer (the session: its caller, its grant, a request), the
-outbox, the observers and the daemon's log-once; it keeps its own holds and releases them
-when it sees a new grant, so the session never calls into it.
+outbox, its caller's Routes (which of the caller's open sessions pushes which notice, and
+one push of a notice at a time across them: routing.py), the observers and the daemon's
+log-once; it keeps its own holds and releases them when it sees a new grant, so the
+session never calls into it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import trio
 from ..mcpl.jsonrpc import Response
 from ..runs.observers import Observers
 from .outbox import Outbox
+from .routing import Route, Routes
 
 log = logging.getLogger("swarmbase.mcpl")
 
@@ -80,8 +83,8 @@ async def first_of(*waits: Callable[[], Awaitable[None]]) -> None:
             n.start_soon(one, fn)
 
 
-class PushPeer(Protocol):
-    """What the push loop needs of its session."""
+class PushPeer(Route, Protocol):
+    """What the push loop needs of its session (and routing reads of it)."""
 
     @property
     def caller_name(self) -> str: ...
@@ -101,10 +104,11 @@ class PushPeer(Protocol):
 class Delivery:
     """The push loop of one session."""
 
-    def __init__(self, peer: PushPeer, outbox: Outbox, observers: Observers,
+    def __init__(self, peer: PushPeer, outbox: Outbox, routes: Routes, observers: Observers,
                  first_report: Callable[[Hashable], bool], rng: random.Random) -> None:
         self.peer = peer
         self.outbox = outbox
+        self.routes = routes
         self.observers = observers
         self.first_report = first_report      # log-once, across reconnects (the hub's)
         self.rng = rng
@@ -150,15 +154,21 @@ class Delivery:
                 await first_of(granted.wait, drain)
                 continue
             added = outbox.changed_event(caller)
-            notice = outbox.next_pending(caller, skip=self._holding(granted))
+            routed = self.routes.changed_event()
+            notice = outbox.next_pending(caller, skip=self._holding(granted),
+                                         allow=partial(self.routes.allows, self.peer))
             if notice is None:
                 outbox.flush()
                 if self.draining:
                     return
-                await first_of(added.wait, granted.wait, drain)
+                await first_of(added.wait, granted.wait, routed.wait, drain)
                 continue
-            verdict, reason = await self._push(notice)
             eid = notice["eventId"]
+            self.routes.claim(self.peer, eid)
+            try:
+                verdict, reason = await self._push(notice)
+            finally:
+                self.routes.release(eid)
             if verdict == "done":
                 outbox.ack(eid)
                 attempt = 0

@@ -34,7 +34,7 @@ import logging
 import secrets
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import trio
 
@@ -300,14 +300,16 @@ class Outbox:
         """The caller's notices, oldest first."""
         return [e["notice"] for e in self._by_caller.get(caller, {}).values()]
 
-    def next_pending(self, caller: str, skip: Any = ()) -> dict[str, Any] | None:
-        """The caller's oldest notice whose eventId is not in `skip`. A held notice stops
-        the walk: the ones behind it wait for it (a hold lasts one final write), so a host
-        always receives a caller's notices in the order they were queued."""
+    def next_pending(self, caller: str, skip: Any = (),
+                     allow: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any] | None:
+        """The caller's oldest notice whose eventId is not in `skip` (and that `allow`
+        lets through: the session's route). A held notice stops the walk: the ones behind
+        it wait for it (a hold lasts one final write), so a host always receives a caller's
+        notices in the order they were queued."""
         for eid, e in self._by_caller.get(caller, {}).items():
             if eid in self._held:
                 return None
-            if eid not in skip:
+            if eid not in skip and (allow is None or allow(e["notice"])):
                 return e["notice"]
         return None
 
