@@ -100,44 +100,13 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
                 identity.adopt_tree(user, private)
                 if shipped is not None:
                     identity.adopt_tree(user, work)
-            cli = payload["argv"][0]
-            if not (os.path.isfile(cli) and os.access(cli, os.X_OK)):
-                yield {"kind": "spawn-error", "detail": f"the executable is missing on node {name}: {cli}"}
-                return
-            paths = _Paths(payload["placeholder"], "", payload["cwd"] if shipped is not None else None, cwd)
             try:
-                pinned = _pin(payload, paths, cwd, private, work if shipped is not None else None)
-            except OSError as e:           # LaunchRefused (a swapped path), or one that is gone
+                proc = _start(payload, held, layout, user, mode, private, cwd, work if shipped is not None else None,
+                              name)
+            except _Refused as e:
                 yield {"kind": "spawn-error", "detail": str(e)}
                 return
-            held.callback(pinned.close)
-            conf = Confinement(cwd=cwd, read=tuple(pinned.read), write=tuple(pinned.write), private=str(private),
-                               network=payload["network"], fds=dict(pinned.fds) if mode == "bwrap" else {})
-            ns: Namespace | None = None
-            if mode == "bwrap":
-                try:
-                    conf, ns = _sandbox(held, payload, conf, user)
-                except seccomp.SeccompUnavailable as e:
-                    yield {"kind": "spawn-error", "detail": f"node {name} cannot build the sandbox's seccomp filter: {e}"}
-                    return
-            paths.agent_dir = inside_path(conf, mode, str(private))
-            argv = [paths(a) for a in payload["argv"]]
-            env = {k: paths(v) for k, v in payload["env"].items()}
             mark = state.marker(owner, boot, key)
-            env[state.MARKER_ENV] = mark
-            command = wrap(mode, layout, conf, argv)
-            stdin_file = str(private / payload["stdin_file"]) if payload.get("stdin_file") else None
-            door = held.enter_context(NodeDoor(ns, key)) if ns is not None else None
-            try:
-                proc = Guarded(ns.argv(command) if ns else command, env=env, cwd=cwd, stdin_file=stdin_file,
-                               rlimits=[tuple(r) for r in payload.get("rlimits", [])],
-                               pass_fds=tuple(dict.fromkeys((*conf.passed_fds(), *(ns.pass_fds if ns else ())))),
-                               around_fork=ns.around_fork if ns else nullcontext)
-                if door is not None:
-                    door.spawned()
-            except OSError as e:
-                yield {"kind": "spawn-error", "detail": f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")}
-                return
             state.write_record(record, {"pgid": proc.pid, "startTime": state.start_time(proc.pid), "marker": mark,
                                         "workerPid": os.getpid(), "key": key, "owner": owner, "boot": boot,
                                         "at": time.time()})
@@ -160,6 +129,53 @@ def run_agent(payload: dict[str, Any], shipped: bytes | None = None) -> Iterator
             record.unlink(missing_ok=True)
             shutil.rmtree(private, ignore_errors=True)
             shutil.rmtree(work, ignore_errors=True)
+
+
+class _Refused(Exception):
+    """The CLI cannot be started here; the message says why (the daemon shows it)."""
+
+
+def _start(payload: dict[str, Any], held: ExitStack, layout: HostLayout, user: identity.SandboxUser | None,
+           mode: str, private: Path, cwd: str, work: Path | None, name: str) -> Guarded:
+    """The CLI, started under the guardian in its sandbox (what must stay open while it
+    runs is left in `held`); _Refused if it cannot be."""
+    cli = payload["argv"][0]
+    if not (os.path.isfile(cli) and os.access(cli, os.X_OK)):
+        raise _Refused(f"the executable is missing on node {name}: {cli}")
+    paths = _Paths(payload["placeholder"], "", payload["cwd"] if work is not None else None, cwd)
+    try:
+        pinned = _pin(payload, paths, cwd, private, work)
+    except OSError as e:           # LaunchRefused (a swapped path), or one that is gone
+        raise _Refused(str(e)) from None
+    held.callback(pinned.close)
+    conf = Confinement(cwd=cwd, read=tuple(pinned.read), write=tuple(pinned.write), private=str(private),
+                       network=payload["network"], fds=dict(pinned.fds) if mode == "bwrap" else {})
+    ns: Namespace | None = None
+    if mode == "bwrap":
+        try:
+            conf, ns = _sandbox(held, payload, conf, user)
+        except seccomp.SeccompUnavailable as e:
+            raise _Refused(f"node {name} cannot build the sandbox's seccomp filter: {e}") from None
+    paths.agent_dir = inside_path(conf, mode, str(private))
+    env = {k: paths(v) for k, v in payload["env"].items()}
+    env[state.MARKER_ENV] = state.marker(payload["owner"], payload["boot"], payload["key"])
+    command = wrap(mode, layout, conf, [paths(a) for a in payload["argv"]])
+    stdin_file = str(private / payload["stdin_file"]) if payload.get("stdin_file") else None
+    door = held.enter_context(NodeDoor(ns, payload["key"])) if ns is not None else None
+    try:
+        proc = Guarded(ns.argv(command) if ns else command, env=env, cwd=cwd, stdin_file=stdin_file,
+                       rlimits=[tuple(r) for r in payload.get("rlimits", [])],
+                       pass_fds=tuple(dict.fromkeys((*conf.passed_fds(), *(ns.pass_fds if ns else ())))),
+                       around_fork=ns.around_fork if ns else nullcontext)
+    except OSError as e:
+        raise _Refused(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")) from None
+    held.callback(proc.kill)       # before the door drains (LIFO), whatever happens next
+    if door is not None:
+        try:
+            door.spawned()
+        except OSError as e:       # the helper could not make the namespace
+            raise _Refused(str(e)) from None
+    return proc
 
 
 def _sandbox(held: ExitStack, payload: dict[str, Any], conf: Confinement, user: identity.SandboxUser | None
