@@ -91,14 +91,24 @@ async def test_non_finite_numbers_and_deep_frames_against_the_daemon_process(tmp
                                    (b"\xff\xfe\x00garbage", None), (INIT, 0)]:
                     async with open_websocket(url, max_message_size=16 * 1024 * 1024) as ws:
                         await ws.send_message(first)
-                        # Never read; the daemon may have closed already (a quick refusal).
-                        with contextlib.suppress(ConnectionClosed):
-                            await ws.send_message(INIT.replace('"id": 0', '"id": 9'))
                         refused = json.loads(await ws.get_message())
                         assert refused["id"] == rid and refused["error"]["code"] == -32001, (first[:20], refused)
                         with pytest.raises(ConnectionClosed) as ei:
                             await ws.get_message()
                         assert ei.value.reason.code == 4001
+            # A second frame sent right behind the first is never read. (Whether the refusal
+            # still arrives then is up to TCP: a frame that reaches a socket the daemon has
+            # just closed makes the kernel reset it, which may drop the refusal in flight: a
+            # full-suite run saw 1006 so. So only what never happens is asserted here.)
+            async with open_websocket(f"{d.ws}?token=wrong") as ws:
+                await ws.send_message(INIT)
+                with contextlib.suppress(ConnectionClosed):
+                    await ws.send_message(INIT.replace('"id": 0', '"id": 9'))
+                seen = []
+                with contextlib.suppress(ConnectionClosed):
+                    while True:
+                        seen.append(json.loads(await ws.get_message()))
+                assert [m.get("id") for m in seen] in ([0], []), seen
             async with connect(d.ws, tokens["alice"]) as h:      # and the daemon serves on
                 await h.handshake()
                 assert await h.request("ping") == {}
