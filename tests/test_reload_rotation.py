@@ -2,8 +2,9 @@
 
 The field saw 3 of 8 rotation-only reloads leave the session open, answering `tools/list`
 with a token the daemon no longer accepts. The real daemon process here rotates one
-caller's token 12 times; each round a freshly attached session is kept busy with requests
-while the reload runs, and must be closed with 4004. The holes that can leave a session
+caller's token 12 times; each round two freshly attached sessions (one kept busy with
+requests) must be closed with 4004, and a connection made with the old token while the
+reload runs must be refused or closed 4004. The holes that can leave a session
 open are pinned one by one in-process below (a session registering while the reload
 swaps, a session whose token an earlier config matched, a close frame that cannot be
 sent), each against the real Session and Hub."""
@@ -19,6 +20,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from trio_websocket import ConnectionClosed
 
 from swarmbase import config, live_reload, reload
 from swarmbase.client import ConnectionLost, RpcFailure, connect
@@ -35,11 +37,24 @@ async def keep_busy(h: Any) -> None:
     try:
         while True:
             await h.request("tools/list")
-    except (ConnectionLost, RpcFailure, trio.BrokenResourceError, trio.ClosedResourceError):
+    except (ConnectionLost, ConnectionClosed, RpcFailure, trio.BrokenResourceError, trio.ClosedResourceError):
         return
-    except Exception as e:          # trio-websocket's ConnectionClosed on a send after the close
-        if type(e).__name__ != "ConnectionClosed":
-            raise
+
+
+async def connect_during_the_reload(ws: str, token: str, outcome: list[str]) -> None:
+    """Connect with the token a reload is retiring: refused (-32001), or closed, and how:
+    at registration (before its handshake is answered) or after."""
+    async with connect(ws, token) as h:
+        try:
+            await h.handshake()
+        except RpcFailure:
+            outcome.append("refused")
+            return
+        except (ConnectionLost, ConnectionClosed):
+            pass
+        with trio.move_on_after(20):
+            await h.closed_event.wait()
+        outcome.append(f"closed {h.closed.reason.code}" if h.closed is not None else "still open")
 
 
 @pytest.mark.timeout(300)
@@ -51,20 +66,28 @@ async def test_twelve_rotations_close_the_attached_session_with_4004_each_time(t
         async with cli_daemon(path) as d, connect(d.ws, tokens["alice"]) as alice:
             await alice.handshake()
             for round_ in range(12):
-                async with connect(d.ws, token) as dave, trio.open_nursery() as n:
-                    await dave.handshake()
-                    assert (await dave.request("tools/list"))["tools"]
+                # Two sessions of dave (they coexist), one kept busy, and a third connecting
+                # with the old token while the reload runs: whenever its token was matched,
+                # it is refused or closed 4004, never left open.
+                late: list[str] = []
+                async with connect(d.ws, token) as dave, connect(d.ws, token) as idle, trio.open_nursery() as n:
+                    for h in (dave, idle):
+                        await h.handshake()
+                        assert (await h.request("tools/list"))["tools"]
                     n.start_soon(keep_busy, dave)
                     new_tok, new_sha = new_token(state, "dave")
                     edit_config(path, lambda cfg: [c.update(tokenSha256=new_sha) for c in cfg["callers"]
                                                    if c["name"] == "dave"])
+                    n.start_soon(connect_during_the_reload, d.ws, token, late)
                     st = await sighup_and_wait(d, state)
                     assert st["ok"] and st["message"] == "config reloaded: rotated the token of caller dave", st
-                    with trio.fail_after(20):
-                        await dave.closed_event.wait()
-                    assert dave.closed is not None, f"round {round_}: the connection ended without a close frame"
-                    assert (dave.closed.reason.code, dave.closed.reason.reason) == (
-                        4004, "the caller's token was rotated; reconnect with the new token"), round_
+                    for h in (dave, idle):
+                        with trio.fail_after(20):
+                            await h.closed_event.wait()
+                        assert h.closed is not None, f"round {round_}: the connection ended without a close frame"
+                        assert (h.closed.reason.code, h.closed.reason.reason) == (
+                            4004, "the caller's token was rotated; reconnect with the new token"), round_
+                assert late in (["refused"], ["closed 4004"]), (round_, late)
                 # The old token is refused, and told why (issue 32.16); the other caller's
                 # session never noticed.
                 async with connect(d.ws, token) as old:
