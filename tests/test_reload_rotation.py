@@ -11,25 +11,22 @@ sent), each against the real Session and Hub."""
 
 from __future__ import annotations
 
-import hashlib
-import random
-import secrets
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import trio
+import trio.testing
 from trio_websocket import ConnectionClosed
 
-from swarmbase import config, live_reload, reload
+from swarmbase import live_reload, reload
 from swarmbase.client import ConnectionLost, RpcFailure, connect
-from swarmbase.mcpl.session import Hub, Session
-from swarmbase.notify.outbox import Outbox
+from swarmbase.mcpl.session import Hub
 
 from .clidaemon import cli_daemon, fake_cli_config
-from .conftest import write_config
-from .test_reload import edit_config, new_token, sighup_and_wait
+from .reloading import edit_config, new_token, sighup_and_wait
+from .session_wire import FakeEnv, FakeSup, Wire, configs, session
 
 
 async def keep_busy(h: Any) -> None:
@@ -113,59 +110,6 @@ async def test_twelve_rotations_close_the_attached_session_with_4004_each_time(t
 
 
 # -- the holes, in-process ----------------------------------------------------------------
-
-@attrs.define
-class Wire:
-    """A Transport whose peer is the test: frames in through `inbox`, out into `sent`."""
-    inbox_send: trio.MemorySendChannel[str]
-    inbox: trio.MemoryReceiveChannel[str]
-    sent: list[str] = attrs.Factory(list)
-    closes: list[tuple[int, str]] = attrs.Factory(list)
-    close_fails: bool = False
-
-    @classmethod
-    def new(cls, close_fails: bool = False) -> "Wire":
-        s, r = trio.open_memory_channel[str](100)
-        return cls(s, r, close_fails=close_fails)
-
-    async def send(self, text: str) -> None:
-        self.sent.append(text)
-
-    async def receive(self) -> str | bytes:
-        return await self.inbox.receive()
-
-    async def close(self, code: int, reason: str) -> None:
-        self.closes.append((code, reason))
-        if self.close_fails:
-            raise OSError("the close frame could not be sent")
-
-
-@attrs.define
-class FakeEnv:
-    cfg: config.Config
-
-
-@attrs.define
-class FakeSup:
-    env: FakeEnv
-
-
-def configs(tmp_path: Path) -> tuple[config.Config, config.Config, dict[str, str]]:
-    """The running config and one where dave's token is rotated."""
-    path, tokens = write_config(tmp_path / "state", callers=["alice", "dave"])
-    old = config.load(path)
-    tok = secrets.token_hex(24)
-    rotated = attrs.evolve(old, callers=[
-        attrs.evolve(c, tokenSha256=hashlib.sha256(tok.encode()).hexdigest()) if c.name == "dave" else c
-        for c in old.callers])
-    return old, rotated, tokens
-
-
-def session(wire: Wire, cfg: config.Config, sup: FakeSup, hub: Hub, name: str, tmp_path: Path) -> Session:
-    caller = cfg.caller(name)
-    return Session(wire, caller, sup, Outbox(tmp_path / "outbox.jsonl"), hub,   # type: ignore[arg-type]
-                   rng=random.Random(0))
-
 
 async def test_a_session_registering_after_the_swap_with_a_token_the_old_config_matched_is_closed(
         tmp_path: Path) -> None:

@@ -65,7 +65,7 @@ def test_a_sessions_own_runs_are_bounded(tmp_path: Path) -> None:
     from swarmbase.mcpl.session import Hub, Session
     from swarmbase.notify.outbox import Outbox
 
-    from .test_reload_rotation import FakeEnv, FakeSup, Wire, configs
+    from .session_wire import FakeEnv, FakeSup, Wire, configs
     old, _, _ = configs(tmp_path)
     s = Session(Wire.new(), old.caller("alice"), FakeSup(FakeEnv(old)), Outbox(tmp_path / "o.jsonl"),  # type: ignore[arg-type]
                 Hub(), rng=random.Random(0))
