@@ -22,7 +22,7 @@ from swarmbase.mcpl.refusals import Refusals, token_sha256
 from swarmbase.mcpl.session import Hub, Session
 from swarmbase.notify.outbox import Outbox
 
-from .test_reload_rotation import FakeEnv, FakeSup, Wire, configs
+from .session_wire import FakeEnv, FakeSup, Wire, configs
 
 
 async def refuse(hub: Hub, cfg: config.Config, tmp_path: Path, peer: str, token: str | None) -> dict[str, object]:

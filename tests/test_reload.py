@@ -11,14 +11,10 @@ status file), never on elapsed time."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import secrets
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,32 +22,9 @@ import pytest
 import trio
 
 from swarmbase.client import RpcFailure, connect
-from swarmbase.reload_cli import read_status
 
-from .clidaemon import CliDaemon, cli_daemon, fake_cli_config
-
-
-def edit_config(path: Path, change: Any) -> None:
-    cfg = json.loads(path.read_text())
-    change(cfg)
-    path.write_text(json.dumps(cfg))
-
-
-def new_token(state: Path, name: str) -> tuple[str, str]:
-    tok = secrets.token_hex(24)
-    (state / f"mcpl-{name}.token").write_text(tok)
-    return tok, hashlib.sha256(tok.encode()).hexdigest()
-
-
-async def sighup_and_wait(d: CliDaemon, state: Path) -> dict[str, Any]:
-    """SIGHUP, then the daemon's status for a reload that read the file after it."""
-    asked = time.monotonic()
-    d.proc.send_signal(signal.SIGHUP)
-    while True:
-        st = read_status(state)
-        if st is not None and st["readAt"] >= asked:
-            return st
-        await trio.sleep(0.02)
+from .clidaemon import cli_daemon, fake_cli_config
+from .reloading import edit_config, new_token, sighup_and_wait
 
 
 async def swarmbase(path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:

@@ -2,32 +2,31 @@
 
 The field saw 3 of 8 rotation-only reloads leave the session open, answering `tools/list`
 with a token the daemon no longer accepts. The real daemon process here rotates one
-caller's token 12 times; each round a freshly attached session is kept busy with requests
-while the reload runs, and must be closed with 4004. The holes that can leave a session
+caller's token 12 times; each round two freshly attached sessions (one kept busy with
+requests) must be closed with 4004, and a connection made with the old token while the
+reload runs must be refused or closed 4004. The holes that can leave a session
 open are pinned one by one in-process below (a session registering while the reload
 swaps, a session whose token an earlier config matched, a close frame that cannot be
 sent), each against the real Session and Hub."""
 
 from __future__ import annotations
 
-import hashlib
-import random
-import secrets
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import trio
+import trio.testing
+from trio_websocket import ConnectionClosed
 
-from swarmbase import config, live_reload, reload
+from swarmbase import live_reload, reload
 from swarmbase.client import ConnectionLost, RpcFailure, connect
-from swarmbase.mcpl.session import Hub, Session
-from swarmbase.notify.outbox import Outbox
+from swarmbase.mcpl.session import Hub
 
 from .clidaemon import cli_daemon, fake_cli_config
-from .conftest import write_config
-from .test_reload import edit_config, new_token, sighup_and_wait
+from .reloading import edit_config, new_token, sighup_and_wait
+from .session_wire import FakeEnv, FakeSup, Wire, configs, session
 
 
 async def keep_busy(h: Any) -> None:
@@ -35,11 +34,24 @@ async def keep_busy(h: Any) -> None:
     try:
         while True:
             await h.request("tools/list")
-    except (ConnectionLost, RpcFailure, trio.BrokenResourceError, trio.ClosedResourceError):
+    except (ConnectionLost, ConnectionClosed, RpcFailure, trio.BrokenResourceError, trio.ClosedResourceError):
         return
-    except Exception as e:          # trio-websocket's ConnectionClosed on a send after the close
-        if type(e).__name__ != "ConnectionClosed":
-            raise
+
+
+async def connect_during_the_reload(ws: str, token: str, outcome: list[str]) -> None:
+    """Connect with the token a reload is retiring: refused (-32001), or closed, and how:
+    at registration (before its handshake is answered) or after."""
+    async with connect(ws, token) as h:
+        try:
+            await h.handshake()
+        except RpcFailure:
+            outcome.append("refused")
+            return
+        except (ConnectionLost, ConnectionClosed):
+            pass
+        with trio.move_on_after(20):
+            await h.closed_event.wait()
+        outcome.append(f"closed {h.closed.reason.code}" if h.closed is not None else "still open")
 
 
 @pytest.mark.timeout(300)
@@ -51,20 +63,28 @@ async def test_twelve_rotations_close_the_attached_session_with_4004_each_time(t
         async with cli_daemon(path) as d, connect(d.ws, tokens["alice"]) as alice:
             await alice.handshake()
             for round_ in range(12):
-                async with connect(d.ws, token) as dave, trio.open_nursery() as n:
-                    await dave.handshake()
-                    assert (await dave.request("tools/list"))["tools"]
+                # Two sessions of dave (they coexist), one kept busy, and a third connecting
+                # with the old token while the reload runs: whenever its token was matched,
+                # it is refused or closed 4004, never left open.
+                late: list[str] = []
+                async with connect(d.ws, token) as dave, connect(d.ws, token) as idle, trio.open_nursery() as n:
+                    for h in (dave, idle):
+                        await h.handshake()
+                        assert (await h.request("tools/list"))["tools"]
                     n.start_soon(keep_busy, dave)
                     new_tok, new_sha = new_token(state, "dave")
                     edit_config(path, lambda cfg: [c.update(tokenSha256=new_sha) for c in cfg["callers"]
                                                    if c["name"] == "dave"])
+                    n.start_soon(connect_during_the_reload, d.ws, token, late)
                     st = await sighup_and_wait(d, state)
                     assert st["ok"] and st["message"] == "config reloaded: rotated the token of caller dave", st
-                    with trio.fail_after(20):
-                        await dave.closed_event.wait()
-                    assert dave.closed is not None, f"round {round_}: the connection ended without a close frame"
-                    assert (dave.closed.reason.code, dave.closed.reason.reason) == (
-                        4004, "the caller's token was rotated; reconnect with the new token"), round_
+                    for h in (dave, idle):
+                        with trio.fail_after(20):
+                            await h.closed_event.wait()
+                        assert h.closed is not None, f"round {round_}: the connection ended without a close frame"
+                        assert (h.closed.reason.code, h.closed.reason.reason) == (
+                            4004, "the caller's token was rotated; reconnect with the new token"), round_
+                assert late in (["refused"], ["closed 4004"]), (round_, late)
                 # The old token is refused, and told why (issue 32.16); the other caller's
                 # session never noticed.
                 async with connect(d.ws, token) as old:
@@ -90,59 +110,6 @@ async def test_twelve_rotations_close_the_attached_session_with_4004_each_time(t
 
 
 # -- the holes, in-process ----------------------------------------------------------------
-
-@attrs.define
-class Wire:
-    """A Transport whose peer is the test: frames in through `inbox`, out into `sent`."""
-    inbox_send: trio.MemorySendChannel[str]
-    inbox: trio.MemoryReceiveChannel[str]
-    sent: list[str] = attrs.Factory(list)
-    closes: list[tuple[int, str]] = attrs.Factory(list)
-    close_fails: bool = False
-
-    @classmethod
-    def new(cls, close_fails: bool = False) -> "Wire":
-        s, r = trio.open_memory_channel[str](100)
-        return cls(s, r, close_fails=close_fails)
-
-    async def send(self, text: str) -> None:
-        self.sent.append(text)
-
-    async def receive(self) -> str | bytes:
-        return await self.inbox.receive()
-
-    async def close(self, code: int, reason: str) -> None:
-        self.closes.append((code, reason))
-        if self.close_fails:
-            raise OSError("the close frame could not be sent")
-
-
-@attrs.define
-class FakeEnv:
-    cfg: config.Config
-
-
-@attrs.define
-class FakeSup:
-    env: FakeEnv
-
-
-def configs(tmp_path: Path) -> tuple[config.Config, config.Config, dict[str, str]]:
-    """The running config and one where dave's token is rotated."""
-    path, tokens = write_config(tmp_path / "state", callers=["alice", "dave"])
-    old = config.load(path)
-    tok = secrets.token_hex(24)
-    rotated = attrs.evolve(old, callers=[
-        attrs.evolve(c, tokenSha256=hashlib.sha256(tok.encode()).hexdigest()) if c.name == "dave" else c
-        for c in old.callers])
-    return old, rotated, tokens
-
-
-def session(wire: Wire, cfg: config.Config, sup: FakeSup, hub: Hub, name: str, tmp_path: Path) -> Session:
-    caller = cfg.caller(name)
-    return Session(wire, caller, sup, Outbox(tmp_path / "outbox.jsonl"), hub,   # type: ignore[arg-type]
-                   rng=random.Random(0))
-
 
 async def test_a_session_registering_after_the_swap_with_a_token_the_old_config_matched_is_closed(
         tmp_path: Path) -> None:

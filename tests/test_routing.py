@@ -4,6 +4,8 @@ nothing else, one push of a notice at a time, and every change wakes the push lo
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 
 from swarmbase.notify.routing import Routes
@@ -54,3 +56,22 @@ def test_one_push_of_a_notice_at_a_time_and_each_change_wakes() -> None:
     woken = routes.changed_event()
     routes.close(a)
     assert woken.is_set() and routes.allows(b, notice("run_a"))
+
+
+def test_a_sessions_own_runs_are_bounded(tmp_path: Path) -> None:
+    import random
+
+    from swarmbase.mcpl import session as session_mod
+    from swarmbase.mcpl.session import Hub, Session
+    from swarmbase.notify.outbox import Outbox
+
+    from .session_wire import FakeEnv, FakeSup, Wire, configs
+    old, _, _ = configs(tmp_path)
+    s = Session(Wire.new(), old.caller("alice"), FakeSup(FakeEnv(old)), Outbox(tmp_path / "o.jsonl"),  # type: ignore[arg-type]
+                Hub(), rng=random.Random(0))
+    for i in range(session_mod.OWN_RUNS_KEPT + 1):
+        s._started({"name": "run"}, {"structuredContent": {"runId": f"run_{i:012x}"}})
+    assert not s.owns(f"run_{0:012x}") and s.owns(f"run_{1:012x}") and s.owns(f"run_{session_mod.OWN_RUNS_KEPT:012x}")
+    s._started({"name": "status"}, {"structuredContent": {"runId": "run_ffffffffffff"}})    # not a start
+    s._started({"name": "run"}, {"structuredContent": {"error": "x"}, "isError": True})
+    assert not s.owns("run_ffffffffffff")

@@ -58,6 +58,7 @@ def caller_for_token(cfg: Config, token: str | None) -> Caller | None:
 
 
 MAX_SESSIONS_PER_CALLER = 8
+OWN_RUNS_KEPT = 10_000
 
 
 class Hub:
@@ -146,7 +147,10 @@ class Session:
         self.grant = features.EMPTY_GRANT
         self.selection: selection.Selection | None = None   # set at initialize for an MCPL host
         self.notices_of_own_runs_only = False       # the client's `--wait`: see _initialize
-        self._own_runs: set[str] = set()            # runs started (or resumed into) from here
+        # Runs started (or resumed into) from here, oldest first, at most OWN_RUNS_KEPT: a
+        # resident that lives for weeks must not grow it without end (an older run's
+        # notices are then anybody's, which for a resident is the same thing).
+        self._own_runs: dict[str, None] = {}
         self.grant_changed = trio.Event()
         self._next_id = 0
         self._waiting: dict[int, trio.MemorySendChannel[Response]] = {}
@@ -212,7 +216,9 @@ class Session:
     def _started(self, params: Any, result: dict[str, Any]) -> None:
         run_id = tools.started_run(params, result)
         if run_id is not None:
-            self._own_runs.add(run_id)
+            self._own_runs[run_id] = None
+            if len(self._own_runs) > OWN_RUNS_KEPT:
+                del self._own_runs[next(iter(self._own_runs))]
             self.delivery.routes.changed()
 
     # -- main loop ------------------------------------------------------------
