@@ -16,52 +16,9 @@ from swarmbase import config
 from swarmbase.mcpl import tool_docs, tools
 from swarmbase.runs.run_opts import RunRefused
 
-from .conftest import CLAUDE, Env, git, give_to_sandbox, result_of, run_to_end, start_daemon, write_config
+from .conftest import Env, git, result_of, run_to_end, write_config
 from .fakes.anthropic_api import FakeAnthropic
-
-KEY = "sk-ant-project-0123456789"
-
-
-def make_project(path: Path, marker: str, repo: bool = True) -> Path:
-    """A project dir under tmp_path/roots, given to alice's uid (tmp_path/state)."""
-    path.mkdir(parents=True)
-    (path / "marker.txt").write_text(marker + "\n")
-    (path / "src").mkdir()
-    (path / "src" / "inner.txt").write_text(f"inner of {marker}\n")
-    if repo:
-        git(path, "init", "-q", "-b", "main")
-        git(path, "add", "-A")
-        git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
-    state = path.parent.parent / "state"
-    state.mkdir(exist_ok=True)
-    give_to_sandbox(path, state)
-    return path
-
-
-async def project_daemon(tmp_path: Path, nursery: trio.Nursery, api_url: str,
-                         projects: dict[str, str] | None, caller_extra: dict[str, Any] | None = None) -> Env:
-    state = tmp_path / "state"
-    state.mkdir(parents=True, exist_ok=True)
-    key_file = state / "alice.key"
-    key_file.write_text(KEY)
-    key_file.chmod(0o600)
-    extra: dict[str, Any] = {"apiKeyFile": str(key_file), "cwdRoots": [str(tmp_path / "roots")],
-                             "maxProfile": "write"}
-    if projects is not None:
-        extra["projects"] = projects
-    extra.update(caller_extra or {})
-    path, tokens = write_config(state, callers=["alice"], caller_extra=extra,
-                                engines={"claude": {"bin": str(CLAUDE), "baseUrl": api_url}})
-    env = Env(state=state, tokens=tokens, cfg=config.load(path))
-    await start_daemon(nursery, env)
-    return env
-
-
-def said(reply: str) -> list[str]:
-    """The words of what the agent's tool call returned (the fake answers "tool said: …")."""
-    assert reply.startswith("tool said: "), reply
-    return reply.removeprefix("tool said: ").split()
-
+from .project_daemon import make_project, project_daemon, said
 
 def status_of(env: Env, run_id: str) -> dict[str, Any]:
     st = tools.call(env.services.supervisor, env.cfg.caller("alice"), {"name": "status", "arguments": {"runId": run_id}})

@@ -14,7 +14,7 @@ import trio
 
 from .conftest import Env, agent_json, result_of, run_to_end
 from .fakes.anthropic_api import FakeAnthropic
-from .test_project import make_project, project_daemon, said
+from .project_daemon import make_project, project_daemon, said
 
 EXECUTOR = """---
 name: executor

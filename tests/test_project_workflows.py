@@ -16,7 +16,7 @@ from swarmbase.client import HostClient, connect
 
 from .conftest import Env, result_of
 from .fakes.anthropic_api import FakeAnthropic
-from .test_project import make_project, project_daemon, said
+from .project_daemon import make_project, project_daemon, said
 
 PROJECT_X = """export const meta = { name: 'x-flow', description: "the project's x", whenToUse: 'always' }
 const seen = await agent('[[bash:cat marker.txt]]', { profile: 'write', label: 'x agent' });
