@@ -235,6 +235,34 @@ async def test_unresponsive_runner_is_killed_by_ping_watchdog() -> None:
     assert not out.ok and out.watchdog and "did not answer" in out.error
 
 
+async def test_a_runner_busy_writing_is_not_taken_for_a_dead_one() -> None:
+    # A stand-in for a runner replaying a flood of answers: it writes a line every 0.2 s but
+    # its pongs would sit behind them, so it never pongs at all. Its lines prove it lives.
+    host = Host()
+    busy = ("import json, sys, time\nsys.stdin.readline()\n"
+            "for i in range(40):\n"
+            "    print(json.dumps({'t': 'log', 'message': f'busy {i}'}), flush=True); time.sleep(0.2)\n"
+            "print(json.dumps({'t': 'done', 'ok': True, 'value': 'finished'}), flush=True)\n"
+            "time.sleep(30)\n")
+    with trio.fail_after(40):
+        out = await run_script("return 1", None, host, RunnerLimits(ping_interval=0.2, pong_timeout=5.0),
+                               argv=["python3", "-c", busy])
+    assert out.ok and out.value == "finished", out.error            # 8 s of lines, never a pong
+    assert len([m for m in host.logs if m.startswith("busy")]) == 40
+
+
+def test_liveness_counts_only_the_time_the_daemon_listened() -> None:
+    from swarmbase.script.liveness import Liveness
+    live = Liveness(timeout=10, last_heard=0)
+    assert [live.expired(t, 2) for t in (2, 4, 6, 8, 10, 12)] == [False] * 5 + [True]   # ticking every 2 s
+    live = Liveness(timeout=10, last_heard=0)
+    assert not live.expired(2, 2)
+    assert not live.expired(20, 2)          # the daemon stalled 16 s: that silence is not the runner's
+    assert [live.expired(t, 2) for t in (22, 24, 26, 28)] == [False, False, False, True]
+    live.heard(28)
+    assert not live.expired(30, 2)
+
+
 async def test_runner_permission_model_denies_fs_and_children() -> None:
     # Even code that ran in the runner's own realm could not write or spawn: check the
     # flags the daemon starts node with.

@@ -18,6 +18,7 @@ from .. import json_depth
 from ..launch.procs import LineReader
 from ..launch.spawn import Child
 from .host import AgentCallError, Answered, ProbeError, RunnerLimits, ScriptHost, ScriptOutcome
+from .liveness import Liveness
 
 MAX_LOG_CHARS = 4000
 # A message wraps the script's value in one level of its own ({"t": "call", "opts": …}).
@@ -77,7 +78,7 @@ class _Bridge:
         self.limits = limits
         self.send_lock = trio.Lock()
         self.outcome: ScriptOutcome | None = None
-        self.last_pong = trio.current_time()
+        self.liveness = Liveness(limits.pong_timeout, trio.current_time())
         self.done = trio.Event()
         self.stderr_tail = b""
         self.stderr_done = trio.Event()
@@ -226,6 +227,7 @@ class _Bridge:
         assert self.proc.stdout is not None
         reader = LineReader(self.proc.stdout)
         async for raw in reader:
+            self.liveness.heard(trio.current_time())      # any line: the runner's loop turns
             try:
                 msg = json.loads(raw)
             except RecursionError:
@@ -245,9 +247,7 @@ class _Bridge:
                 self.finish(ScriptOutcome(ok=False, error=TOO_DEEP))
                 return
             t = msg.get("t")
-            if t == "pong":
-                self.last_pong = trio.current_time()
-            elif t == "call" and type(msg.get("id")) is int:
+            if t == "call" and type(msg.get("id")) is int:
                 await self.begin_call(msg, nursery)
             elif t == "cancel":
                 self.cancel_calls(msg.get("ids"), str(msg.get("reason") or "cancelled by the script")[:200])
@@ -299,7 +299,7 @@ class _Bridge:
         n = 0
         while True:
             await trio.sleep(self.limits.ping_interval)
-            if trio.current_time() - self.last_pong > self.limits.pong_timeout:
+            if self.liveness.expired(trio.current_time(), self.limits.ping_interval):
                 self.finish(ScriptOutcome(ok=False, watchdog=True, error=(
                     f"watchdog: the script runner did not answer for {self.limits.pong_timeout:g} s "
                     "(a busy loop?); it was killed")))
