@@ -7,7 +7,8 @@ the tests' two-node Ray cluster with `sandbox: "bwrap"`, median of N after one w
 The agent is a stand-in CLI (this Python, printing one final line) launched by the real
 RayLauncher with a caller (`owner`) and an egress list, as a claude agent is: on this
 version the node drops to the caller's uid, loads the seccomp filter and makes the
-network namespace and its door (issue 31 #5). Run the same file from an export of an
+network namespace and its door (issue 31 #5), and, where the tree has it, runs the
+agent's key door (issue 31 #3: the CLI gets its bearer and URL). Run the same file from an export of an
 older tree (`git archive main | tar -x -C /tmp/old`, then copy this file and
 bench/ray_placement.py into /tmp/old/bench/) to measure before. Prints figures; asserts nothing. Needs root (network namespace, uids).
 """
@@ -29,7 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-CLI = "import json, os; print(json.dumps({'final': True, 'uid': os.getuid()}), flush=True)"
+CLI = ("import json, os; print(json.dumps({'final': True, 'uid': os.getuid(), "
+       "'keyDoor': os.environ.get('ANTHROPIC_BASE_URL', '').startswith('http')}), flush=True)")
 
 
 def outside(args: argparse.Namespace) -> None:
@@ -49,7 +51,8 @@ def outside(args: argparse.Namespace) -> None:
     starts = got["starts_ms"]
     print(f"swarmbase at {ROOT}: node agent start→first line, sandbox bwrap, median of {len(starts)}: "
           f"{statistics.median(starts):.0f} ms (min {min(starts):.0f}, max {max(starts):.0f}; "
-          f"warm-up {got['warmup_ms']:.0f} ms); sandbox {got['sandbox']}, the agent ran as uid {got['uid']}")
+          f"warm-up {got['warmup_ms']:.0f} ms); sandbox {got['sandbox']}, the agent ran as uid {got['uid']}, "
+          f"{'with' if got['keyDoor'] else 'without'} a key door on its node")
 
 
 def inside(args: argparse.Namespace) -> None:
@@ -69,10 +72,17 @@ def inside(args: argparse.Namespace) -> None:
     takes_users = len(inspect.signature(RayLauncher.__init__).parameters) > 2
     launcher = RayLauncher(cfg, users.user_for) if takes_users else RayLauncher(cfg)   # older: no uid to send
     search = os.environ["PATH"]
-    spec_args = {"owner": "alice", "egress": (Endpoint("127.0.0.1", 18080),)}
+    spec_args: dict[str, Any] = {"owner": "alice", "egress": (Endpoint("127.0.0.1", 18080),)}
+    env = {"PATH": search}
+    try:           # a claude agent's key door on its node (issue 31 #3), where this tree has one
+        from swarmbase.launch.spec import KEY_DOOR_BEARER, KEY_DOOR_URL, ModelKey
+        spec_args.update(egress=(), model_key=ModelKey(key="sk-bench", upstream="http://127.0.0.1:18080"))
+        env.update(ANTHROPIC_API_KEY=KEY_DOOR_BEARER, ANTHROPIC_BASE_URL=KEY_DOOR_URL)
+    except ImportError:
+        pass
 
     def spec(key: str) -> LaunchSpec:
-        return LaunchSpec(argv=(sys.executable, "-c", CLI), env={"PATH": search}, cwd=str(shared), key=key,
+        return LaunchSpec(argv=(sys.executable, "-c", CLI), env=env, cwd=str(shared), key=key,
                           dirs=("home", "tmp"), read=(str(shared), *interpreter_paths(sys.executable, search)),
                           idle_timeout=120, **spec_args)
 
@@ -81,21 +91,22 @@ def inside(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
 
         def on_line(line: bytes) -> bool:
-            first.append((time.perf_counter() - t0, json.loads(line)["uid"]))
+            said = json.loads(line)
+            first.append((time.perf_counter() - t0, said["uid"], said["keyDoor"]))
             return True
 
         res = await launcher.run(spec(key), on_line)
         assert res.final_seen, res
-        return first[0][0] * 1000, first[0][1]
+        return first[0][0] * 1000, first[0][1], first[0][2]
 
     async def main() -> dict[str, Any]:
         await launcher.connect()
-        warm, uid = await one("bench-warm")
+        warm, uid, keyed = await one("bench-warm")
         starts = []
         for i in range(args.agents):
-            ms, uid = await one(f"bench-{i}")
+            ms, uid, keyed = await one(f"bench-{i}")
             starts.append(ms)
-        return {"warmup_ms": warm, "starts_ms": starts, "uid": uid, "sandbox": cfg.sandbox_mode}
+        return {"warmup_ms": warm, "starts_ms": starts, "uid": uid, "sandbox": cfg.sandbox_mode, "keyDoor": keyed}
 
     print(json.dumps(trio.run(main)))
 

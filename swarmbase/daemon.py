@@ -31,6 +31,7 @@ from .engines.claude_agent import ClaudeEngine
 from .caller_secrets import caller_secrets
 from .engines.codex_agent import CodexEngine
 from .engines.codex_deny import CodexDenyList
+from .engines.bearer_relay import serve_on_loopback as serve_on_loopback, serve_relay  # the tests' servers too
 from .engines.key_door import KeyDoor
 from .engines.meter import Meter
 from .engines.think_codex import CodexThink
@@ -354,34 +355,6 @@ async def _until_stopped(stop: trio.Event, sup: Supervisor) -> None:
         for s, handler in previous.items():
             signal.signal(s, handler)
     sup.accepting = False
-
-
-async def serve_on_loopback(app: Any, *, graceful: float = 0.5,
-                            task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve an ASGI app on 127.0.0.1:<free port>; task_status gets its base URL."""
-    hc = hypercorn.config.Config()
-    hc.bind = ["127.0.0.1:0"]
-    hc.accesslog = None
-    hc.errorlog = None
-    hc.graceful_timeout = graceful
-    hc.keep_alive_timeout = 60
-    async with trio.open_nursery() as n:
-        binds = await n.start(partial(hypercorn.trio.serve, app, hc))
-        task_status.started(binds[0])
-
-
-async def serve_relay(relay: Meter | KeyDoor, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """The codex usage meter or the claude key door: a loopback port of its own (plain
-    HTTP; agents reach it by URL, through their one door). Its upstream connections are
-    closed when it stops (else they are left to the GC)."""
-    try:
-        async with trio.open_nursery() as n:
-            relay.url = await n.start(serve_on_loopback, relay)
-            task_status.started()
-    finally:
-        with trio.CancelScope(shield=True), trio.move_on_after(5):
-            await relay.aclose()
-
 
 
 def print_ready(url: str, cfg: Config, out: Any = sys.stderr) -> None:

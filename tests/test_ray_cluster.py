@@ -223,8 +223,9 @@ async def test_a_node_agent_gets_the_sandbox_of_a_local_agent(cluster: RayCluste
                                                                api: FakeAnthropic) -> None:
     """Issue 31 #5: on a root node the agent runs as its caller's uid (the daemon's
     allocation), without capabilities, under the seccomp filter, in a network namespace
-    whose one door leads to the model API: the daemon's dashboard on the same loopback is
-    out of reach, the fake API is not (its answer comes back through the node's door)."""
+    whose one door leads to its key door on the node (#3): the daemon's dashboard on the
+    same loopback is out of reach, and so is the model API itself, which the CLI reaches
+    through the key door only."""
     probe = base64.b64encode(STATUS_PROBE.encode()).decode()
     command = f"echo {probe} | base64 -d > probe.py; python3 probe.py {DAEMON_PORT} {API_PORT}"
     async with mcpl(cluster, daemon.token) as host:
@@ -240,8 +241,50 @@ async def test_a_node_agent_gets_the_sandbox_of_a_local_agent(cluster: RayCluste
     assert said.get("CapEff") == "0000000000000000" and said.get("Seccomp") == "2", text
     assert said.get("NoNewPrivs") == "1", text
     assert f"port {DAEMON_PORT} closed ConnectionRefusedError" in text, text      # no door to the dashboard
-    assert f"port {API_PORT} open HTTP/1." in text, text                          # the model API's door
-    assert len(api.requests) >= 2                  # and the CLI itself reached the API (its two turns)
+    assert f"port {API_PORT} closed ConnectionRefusedError" in text, text         # nor the API but by the key door
+    assert len(api.requests) >= 2                  # which the CLI reached (its two turns)
+
+
+def agent_processes() -> dict[int, bytes]:
+    """Every live process of a node agent (its marker, or in the group of one that has it)
+    -> its environment and argv."""
+    marked = marked_processes()
+    groups = {os.getpgid(pid) for pid in marked if os.path.exists(f"/proc/{pid}")}
+    out = {}
+    for d in Path("/proc").iterdir():
+        try:
+            pid = int(d.name)
+            if pid in marked or os.getpgid(pid) in groups:
+                out[pid] = (d / "environ").read_bytes() + b"\n" + (d / "cmdline").read_bytes()
+        except (ValueError, OSError):          # not a pid, or gone meanwhile
+            continue
+    return out
+
+
+async def test_the_callers_key_never_enters_a_node_agent(cluster: RayCluster, daemon: Daemon,
+                                                          api: FakeAnthropic) -> None:
+    """Issue 31 #3 on Ray: while the node agent's request is held at the API, no process of
+    it has the caller's key in its environment or argv and no file in the node's agent
+    homes has it; the CLI holds a bearer and the URL of its node's key door (its own
+    `env`, sent back to the model, says so), and the API gets the key from that door."""
+    prompt = "[[gate]] [[bash:env; tr '\\0' '\\n' < /proc/$PPID/environ]]"
+    async with mcpl(cluster, daemon.token) as host:
+        run = await start_run(host, f"return await agent({json.dumps(prompt)}, {{placement: 'ray', profile: 'write'}})")
+        with trio.fail_after(90):
+            while not api.requests:              # the CLI is up on the node, waiting on its first answer
+                await trio.sleep(0.05)
+        held = agent_processes()
+        homes = {p: p.read_bytes() for p in (cluster.node_dir / "homes").rglob("*") if p.is_file()}
+        api.gate.set()
+        st = await wait_status(host, run, ended, timeout=120)
+    assert st["status"] == "completed" and rows(st)[0]["node"].startswith("w1 ("), st
+    clis = [pid for pid, text in held.items() if b"ANTHROPIC_BASE_URL=" in text]
+    assert clis and not [pid for pid, text in held.items() if KEY.encode() in text], held
+    assert homes and not [p for p, data in homes.items() if KEY.encode() in data]
+    told = json.dumps([r["body"] for r in api.requests])
+    assert "ANTHROPIC_API_KEY=" in told and "ANTHROPIC_BASE_URL=http://127.0.0.1:" in told
+    assert KEY not in told
+    assert len(api.requests) >= 2 and all(r["headers"].get("x-api-key") == KEY for r in api.requests)
 
 
 async def test_node_death_fails_its_agent_and_the_run_completes(cluster: RayCluster, daemon: Daemon,

@@ -257,6 +257,118 @@ def test_the_payload_carries_the_uid_and_the_door_both_ways() -> None:
     assert confine.user_of({"user": None}) is None and confine.egress_of({"egress": None}) is None
 
 
+# Run by a node agent: what it holds, a request through its key door with what it holds,
+# whether the model API's own port is reachable, then wait for the test's `go` file.
+KEY_PROBE = """
+import os, socket, sys, time, urllib.request
+print('bearer', os.environ['ANTHROPIC_API_KEY'])
+print('url', os.environ['ANTHROPIC_BASE_URL'])
+req = urllib.request.Request(os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages?beta=true', data=b'{}',
+                             headers={'x-api-key': os.environ['ANTHROPIC_API_KEY']})
+print('answer', urllib.request.urlopen(req, timeout=10).read().decode())
+try:
+    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5).close()
+    print('api port open')
+except OSError as e:
+    print('api port closed', type(e).__name__)
+sys.stdout.flush()
+while not os.path.exists('go'):
+    time.sleep(0.02)
+"""
+
+
+def model_api() -> tuple[Any, list[dict[str, str]]]:
+    """A loopback stand-in for the model API that records each request's path and headers."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    seen: list[dict[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, seen
+
+
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+def test_the_callers_key_stays_in_the_nodes_key_door(tmp_path: Path, node_dir: Path, sandbox: str) -> None:
+    """Issue 31 #3 on a node: the payload's key goes to a key door the node runs for the
+    agent (engines/key_door.py), the CLI holds that door's bearer and URL, and the model
+    API gets the key as x-api-key from the door; no process of the agent has the key in
+    its environment or argv while it runs. In the sandbox the agent's one door leads to
+    the key door: the API's own port is out of reach."""
+    from swarmbase.launch.spec import KEY_DOOR_BEARER, KEY_DOOR_URL
+    from .ray_daemon import marked_processes
+    if sandbox == "bwrap" and not shutil.which("bwrap"):
+        pytest.fail("bubblewrap is required for this test (tests/install.sh installs it)")
+    canary = "sk-ant-nodecanary-" + os.urandom(8).hex()
+    srv, seen = model_api()
+    port = srv.server_address[1]
+    p = payload(tmp_path, ["/usr/bin/python3", "-c", KEY_PROBE, str(port)], sandbox=sandbox, stdin_file=None,
+                egress=[], keyDoor={"key": canary, "upstream": f"http://127.0.0.1:{port}/gw"})
+    p["env"].update(ANTHROPIC_API_KEY=KEY_DOOR_BEARER, ANTHROPIC_BASE_URL=KEY_DOOR_URL)
+    body = node_agent.run_agent(p)
+    try:
+        started = next(body)
+        assert started["kind"] == "started", started
+        lines: list[str] = []
+        while not any(line.startswith("api port") for line in lines):
+            lines += [line.decode() for line in next(body)]
+        mark = f"{state.MARKER_ENV}={state.marker('own1', 'b1', 'run_x-1')}\0".encode()
+        agent = [pid for pid in marked_processes() if mark in Path(f"/proc/{pid}/environ").read_bytes()]
+        held = {pid: Path(f"/proc/{pid}/environ").read_bytes() + Path(f"/proc/{pid}/cmdline").read_bytes()
+                for pid in agent}
+        (tmp_path / "cwd" / "go").touch()
+        rest = list(body)
+    finally:
+        body.close()
+        srv.shutdown()
+        srv.server_close()
+    said = dict(line.split(" ", 1) for line in lines if " " in line)
+    assert agent and not [pid for pid, text in held.items() if canary.encode() in text], held
+    assert any(b"ANTHROPIC_API_KEY=" + said["bearer"].encode() in text for text in held.values())
+    assert said["bearer"] not in (canary, KEY_DOOR_BEARER) and said["url"].startswith("http://127.0.0.1:"), said
+    assert said["answer"] == '{"ok": true}', lines
+    assert [(r["path"], r["x-api-key"]) for r in seen] == [("/gw/v1/messages?beta=true", canary)], seen
+    if sandbox == "bwrap":
+        assert "api port closed ConnectionRefusedError" in lines, lines
+    assert rest[-1] == {"kind": "exit", "code": 0}, rest
+    assert canary not in json.dumps([lines, [str(i) for i in rest]])
+
+
+def test_the_payload_carries_the_key_for_the_key_door_only(tmp_path: Path) -> None:
+    """Off the daemon's machine the claude CLI's env holds placeholders the node fills with
+    its key door's bearer and URL; the key is in `keyDoor`, its door is the node's to add."""
+    from swarmbase.engines.base import AgentJob
+    from swarmbase.engines.claude_agent import ClaudeEngine
+    from swarmbase.launch.egress import Endpoint
+    from swarmbase.launch.ray import RayLauncher
+    from swarmbase.launch.spec import KEY_DOOR_BEARER, KEY_DOOR_URL
+    cfg = ray_config(tmp_path, engines={"claude": {"bin": "/bin/true", "baseUrl": "https://gw.example:8443/a"}})
+    job = AgentJob(run_id="r", n=1, label="", engine="claude", model=None, effort=None, profile="write", schema=None,
+                   prompt="p", cwd=str(tmp_path), api_key="sk-canary-1", max_usd=1, max_tokens=1,
+                   caller_max_profile="write", timeout_ms=1, network=("pypi.org:443",))
+    spec = ClaudeEngine(cfg).spec(job, beside=True)
+    assert spec.env["ANTHROPIC_API_KEY"] == KEY_DOOR_BEARER and spec.env["ANTHROPIC_BASE_URL"] == KEY_DOOR_URL
+    assert spec.egress == (Endpoint("pypi.org", 443),)          # no door to the API itself
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    sent = RayLauncher(cfg)._payload(spec, False)
+    assert "sk-canary-1" not in repr({k: v for k, v in sent.items() if k != "keyDoor"})
+    assert confine.model_key_of(json.loads(json.dumps({"keyDoor": sent["keyDoor"]}))) == spec.model_key
+    assert spec.model_key is not None and spec.model_key.upstream == "https://gw.example:8443/a"
+    assert "sk-canary-1" not in repr(spec)
+    assert confine.model_key_of({}) is None
+
+
 def test_a_cancelled_task_kills_the_group_and_what_left_it(tmp_path: Path, node_dir: Path) -> None:
     """Ray's ordinary cancel is a KeyboardInterrupt in the task: `finally` kills the group,
     and a background job that left the group (its own pgid) by its marker."""

@@ -63,11 +63,13 @@ class AgentJob:
     caller: str | None = None                 # whose agent: a root daemon runs it as that caller's uid
     system_prompt: str | None = None          # a project agent type's body: replaces the CLI's default one
 
-    def egress(self, model_api: Endpoint, profile: str | None = None) -> tuple[Endpoint, ...]:
-        """What this agent's network may reach: its model API, and for a write agent (the
-        profile it really runs with, when the engine lowered it) the caller's hosts too."""
+    def egress(self, model_api: Endpoint | None, profile: str | None = None) -> tuple[Endpoint, ...]:
+        """What this agent's network may reach: its model API (None: the launcher adds the
+        door to a key door it runs beside the agent, launch/spec.ModelKey), and for a write
+        agent (the profile it really runs with, when the engine lowered it) the caller's
+        hosts too."""
         extra = [ep for entry in self.network for ep in endpoints(entry)] if (profile or self.profile) == "write" else []
-        return tuple(dict.fromkeys([model_api, *extra]))
+        return tuple(dict.fromkeys([*([model_api] if model_api else []), *extra]))
 
     @property
     def key(self) -> str:

@@ -4,7 +4,9 @@ means nothing elsewhere, and they carry each request to the agent's upstream wit
 credential the agent never holds.
 
 `BearerRelay` keeps the live bearers (secrets for the redactor while they live) and one
-upstream client; the functions are the ASGI pieces both answer with.
+upstream client; the functions are the ASGI pieces both answer with, and the loopback
+server a relay is served on (by the daemon, and by a Ray node for its agent's key door:
+nothing here is the daemon's own).
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import os
 import secrets
 import ssl
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Generic, Iterator, Protocol, TypeVar
 
 import httpx
+import hypercorn.config
+import hypercorn.trio
 import trio
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -109,7 +114,7 @@ class BearerRelay(Generic[A]):
 
     def __init__(self, client: httpx.AsyncClient | None = None, redact: Redacts | None = None) -> None:
         self.agents: dict[str, A] = {}
-        self.url = ""                 # set once served (daemon.serve_relay)
+        self.url = ""                 # set once served (serve_relay)
         self._client = client
         self.redact = redact          # live bearers are secrets too, while they live
 
@@ -135,3 +140,30 @@ class BearerRelay(Generic[A]):
         agent.close_relays()
         if self.redact is not None:
             self.redact.discard(agent.bearer)
+
+
+async def serve_on_loopback(app: Any, *, graceful: float = 0.5,
+                            task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve an ASGI app on 127.0.0.1:<free port>; task_status gets its base URL."""
+    hc = hypercorn.config.Config()
+    hc.bind = ["127.0.0.1:0"]
+    hc.accesslog = None
+    hc.errorlog = None
+    hc.graceful_timeout = graceful
+    hc.keep_alive_timeout = 60
+    async with trio.open_nursery() as n:
+        binds = await n.start(partial(hypercorn.trio.serve, app, hc))
+        task_status.started(binds[0])
+
+
+async def serve_relay(relay: BearerRelay[Any], *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """The codex usage meter or a claude key door: a loopback port of its own (plain
+    HTTP; agents reach it by URL, through their one door). Its upstream connections are
+    closed when it stops (else they are left to the GC)."""
+    try:
+        async with trio.open_nursery() as n:
+            relay.url = await n.start(serve_on_loopback, relay)
+            task_status.started()
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await relay.aclose()

@@ -8,9 +8,10 @@ events, priced from the model's row until the CLI's own cost report arrives.
 
 The caller's key never enters an agent on this machine: the CLI gets a per-agent bearer
 and the key door's URL (engines/key_door.py), which swaps the bearer for the key on the
-way out; its network's one door to the API leads to the key door. Only an agent placed
-on another machine (a Ray node, which cannot reach the daemon's loopback) is given the
-key itself and the API's URL.
+way out; its network's one door to the API leads to the key door. An agent placed on
+another machine (a Ray node, which cannot reach the daemon's loopback) gets the same from
+a key door its node runs beside it (launch/spec.ModelKey, node/door.py): the key travels
+only in the launch, to that door.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import attrs
 from .. import prices
 from ..config import Caller, Config
 from ..launch.egress import ANTHROPIC_API, url_endpoint
-from ..launch.spec import AGENT_DIR, LaunchSpec
+from ..launch.spec import AGENT_DIR, KEY_DOOR_BEARER, KEY_DOOR_URL, LaunchSpec, ModelKey
 from ..launch.sandbox import interpreter_paths
 from . import claude
 from .key_door import KeyDoor
@@ -53,9 +54,11 @@ class ClaudeEngine(EngineBase):
     def price(self, model: str | None) -> prices.PriceRow | None:
         return prices.row_for(model, self.cfg.prices)
 
-    def spec(self, job: AgentJob, bearer: str | None = None) -> LaunchSpec:
+    def spec(self, job: AgentJob, bearer: str | None = None, beside: bool = False) -> LaunchSpec:
         """The CLI's launch; with `bearer` (the key door's, for this agent) it holds that
-        and reaches the API through the key door, without it the caller's key and the API."""
+        and reaches the API through the key door; `beside` (a launcher off this machine)
+        the launcher's own key door gives it a bearer (launch/spec.ModelKey); else the
+        caller's key and the API (no key door: unit tests)."""
         engine = self.cfg.engines.claude
         assert engine is not None
         call = claude.ClaudeCall(bin=engine.bin, cwd=job.cwd, profile=job.profile, model=job.model,
@@ -64,7 +67,16 @@ class ClaudeEngine(EngineBase):
                                  secret_files=list(job.secret_files), disallowed=list(job.disallowed_tools),
                                  system_prompt_file=f"{AGENT_DIR}/{SYSTEM_PROMPT_FILE}" if job.system_prompt else None)
         door_url = self.door.url if bearer is not None and self.door is not None else None
-        key, base_url = (bearer, door_url) if door_url else (job.api_key, engine.baseUrl)
+        upstream, model_key = engine.baseUrl or ANTHROPIC_API, None
+        key: str | None
+        base_url: str | None
+        if door_url:
+            key, base_url = bearer, door_url
+        elif beside:
+            model_key = ModelKey(key=job.api_key, upstream=upstream)
+            key, base_url = KEY_DOOR_BEARER, KEY_DOOR_URL
+        else:
+            key, base_url = job.api_key, engine.baseUrl
         env = claude.environment(bin_path=engine.bin, home=f"{AGENT_DIR}/home", tmp=f"{AGENT_DIR}/tmp",
                                  api_key=key, base_url=base_url, run_id=job.run_id, n=job.n, label=job.label,
                                  parent_env=self.parent_env, gateway=engine.baseUrl is not None)
@@ -75,7 +87,8 @@ class ClaudeEngine(EngineBase):
                           stdin_file="prompt.txt",
                           read=(job.cwd, *job.extra_read, *interpreter_paths(engine.bin, search)),
                           write=(job.cwd, *job.extra_write) if job.profile == "write" else (), network=True,
-                          egress=job.egress(url_endpoint(base_url or ANTHROPIC_API)),
+                          egress=job.egress(None if model_key else url_endpoint(base_url or upstream)),
+                          model_key=model_key,
                           idle_timeout=self.cfg.agentIdleTimeoutMs / 1000, state_dirs=job.state_dirs,
                           cwd_roots=job.cwd_roots, caller_paths=job.caller_paths,
                           record={"runId": job.run_id, "n": job.n, "engine": "claude"})
@@ -106,7 +119,8 @@ class ClaudeEngine(EngineBase):
         door = self.door if self.door is not None and self.door.url and io.launcher.on_daemon_host else None
         held = door.register(job.api_key, engine.baseUrl or ANTHROPIC_API) if door is not None else None
         try:
-            res = await io.launcher.run(self.spec(job, held.bearer if held else None), on_line, io.started)
+            spec = self.spec(job, held.bearer if held else None, beside=not io.launcher.on_daemon_host)
+            res = await io.launcher.run(spec, on_line, io.started)
         finally:
             if door is not None and held is not None:
                 door.unregister(held)

@@ -20,8 +20,9 @@ Design log (the prototype's figures and pitfalls: shared/notes/ray.md):
 - A force-cancelled agent (its task ignored the ordinary cancel) is followed by a task
   pinned to its node that kills what is left of it and removes its record at once: the
   killed worker's `finally` may not have run, and the next boot is no time to clean up.
-- The API key is in the task's arguments only (the env the node gives the CLI), never in
-  argv, a runtime_env (Ray keeps and shows those) or a log line.
+- The caller's API key is in the task's arguments only, for the key door the node runs
+  beside the agent (node/door.py; the CLI gets that door's bearer and URL), never in the
+  CLI's env, argv, a runtime_env (Ray keeps and shows those) or a log line.
 """
 
 from __future__ import annotations
@@ -200,6 +201,7 @@ class RayLauncher(NodeWatcher, LauncherBase):
                 # where its door may lead, and the seccomp profile.
                 "user": confine.payload_user(self.user_for(spec.owner)),
                 "egress": confine.payload_egress(spec.egress), "nesting": spec.nesting,
+                "keyDoor": confine.payload_model_key(spec.model_key),
                 # What the node checks its paths against right before the start (launch/pins.py).
                 "cwd_roots": list(spec.cwd_roots), "caller_paths": list(spec.caller_paths),
                 "forbidden": [str(self.cfg.state_dir), str(self.cfg.homes_dir)]}

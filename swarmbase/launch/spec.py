@@ -26,6 +26,20 @@ if TYPE_CHECKING:
     from ..identity import SandboxUser
 
 AGENT_DIR = "@AGENT_DIR@"
+# Env values a launcher that runs a key door beside the process replaces (ModelKey).
+KEY_DOOR_BEARER = "@KEY_DOOR_BEARER@"
+KEY_DOOR_URL = "@KEY_DOOR_URL@"
+
+
+@attrs.frozen
+class ModelKey:
+    """The caller's model API key, for a process placed where the daemon's key door
+    (engines/key_door.py) is out of reach: its launcher runs a key door of its own beside
+    the process (a Ray node: node/door.py), registers the key there, puts that door's
+    bearer and URL where the env says KEY_DOOR_BEARER and KEY_DOOR_URL, and gives the
+    process's network a door to it. The key itself never enters the process's env."""
+    key: str = attrs.field(repr=False)
+    upstream: str                              # the model API's base URL (engines.claude.baseUrl, or the vendor's)
 
 
 @attrs.frozen
@@ -55,6 +69,7 @@ class LaunchSpec:
     # whole network. Without the sandbox (sandbox "none") the process has the host's
     # network whatever this says; a Ray node makes the namespace and its doors itself.
     egress: tuple[Endpoint, ...] | None = None
+    model_key: ModelKey | None = None          # a key door beside the process (off the daemon's machine)
     idle_timeout: float = 300.0
     limits: Limits = Limits()
     record: Mapping[str, Any] = attrs.field(factory=dict)    # extra fields for the process record

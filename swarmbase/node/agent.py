@@ -9,12 +9,14 @@ the private dir and the record; when the worker itself is killed, the guardian k
 group and the daemon's next boot reaps the record.
 
 The payload is a plain dict (versioned) so a node never unpickles a daemon class: argv,
-env (the caller's API key travels only here, inside the task's arguments — never in argv,
-a runtime_env, or a log line), cwd, files, what to mount, and what the sandbox needs from
-the daemon (node/confine.py). The CLI gets what a local agent gets, from the same pieces:
-the caller's uid (a root node drops to it), the seccomp filter, no capability, no new
-privileges, and a network namespace whose one door (node/door.py, the daemon's relay)
-leads to its model API; a node that cannot give all of it refuses the agent and says why.
+env, cwd, files, what to mount, and what the sandbox needs from the daemon
+(node/confine.py), the caller's API key among it: that travels only inside the task's
+arguments, to the key door this node runs for the agent (node/door.py) — never into the
+CLI's env, argv, files, a runtime_env, or a log line. The CLI gets what a local agent
+gets, from the same pieces: the caller's uid (a root node drops to it), the seccomp
+filter, no capability, no new privileges, a bearer of its own for its key door, and a
+network namespace whose door to the model API (the daemon's relay, on the node) leads to
+that key door; a node that cannot give all of it refuses the agent and says why.
 """
 
 from __future__ import annotations
@@ -31,15 +33,18 @@ import attrs
 
 from .. import identity, seccomp
 from ..launch import pins
+from ..launch.egress import Endpoint, url_endpoint
 from ..launch.netns import Namespace, thread_can_unshare
 from ..launch.ray_nodes import NAME_LABEL
 from ..launch.sandbox import Confinement, HostLayout, inside_path, wrap
+from ..launch.spec import KEY_DOOR_BEARER, KEY_DOOR_URL
 from . import confine, state, workspace
 from .door import NodeDoor
 from .guardian import Guarded
 
 # v2: the caller's uid, the door's destinations and the seccomp profile (node/confine.py).
-PAYLOAD_VERSION = 2
+# v3: the caller's key for the node's key door ("keyDoor"), no longer in the env.
+PAYLOAD_VERSION = 3
 
 
 def where() -> tuple[str, str]:
@@ -150,18 +155,26 @@ def _start(payload: dict[str, Any], held: ExitStack, layout: HostLayout, user: i
     held.callback(pinned.close)
     conf = Confinement(cwd=cwd, read=tuple(pinned.read), write=tuple(pinned.write), private=str(private),
                        network=payload["network"], fds=dict(pinned.fds) if mode == "bwrap" else {})
+    door = held.enter_context(NodeDoor(payload["key"]))
+    model_key = confine.model_key_of(payload)
+    given: dict[str, str] = {}     # the env's key door placeholders, as this node's key door fills them
+    to_key_door: Endpoint | None = None
+    if model_key is not None:      # the caller's key stays in this process, with the agent's key door
+        url, bearer = door.key_door(model_key)
+        given, to_key_door = {KEY_DOOR_URL: url, KEY_DOOR_BEARER: bearer}, url_endpoint(url)
     ns: Namespace | None = None
     if mode == "bwrap":
         try:
-            conf, ns = _sandbox(held, payload, conf, user)
+            conf, ns = _sandbox(held, payload, conf, user, to_key_door)
         except seccomp.SeccompUnavailable as e:
             raise _Refused(f"node {name} cannot build the sandbox's seccomp filter: {e}") from None
     paths.agent_dir = inside_path(conf, mode, str(private))
-    env = {k: paths(v) for k, v in payload["env"].items()}
+    env = {k: given.get(v) or paths(v) for k, v in payload["env"].items()}
     env[state.MARKER_ENV] = state.marker(payload["owner"], payload["boot"], payload["key"])
     command = wrap(mode, layout, conf, [paths(a) for a in payload["argv"]])
     stdin_file = str(private / payload["stdin_file"]) if payload.get("stdin_file") else None
-    door = held.enter_context(NodeDoor(ns, payload["key"])) if ns is not None else None
+    if ns is not None:
+        door.relay(ns)
     try:
         proc = Guarded(ns.argv(command) if ns else command, env=env, cwd=cwd, stdin_file=stdin_file,
                        rlimits=[tuple(r) for r in payload.get("rlimits", [])],
@@ -170,24 +183,25 @@ def _start(payload: dict[str, Any], held: ExitStack, layout: HostLayout, user: i
     except OSError as e:
         raise _Refused(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")) from None
     held.callback(proc.kill)       # before the door drains (LIFO), whatever happens next
-    if door is not None:
-        try:
-            door.spawned()
-        except OSError as e:       # the helper could not make the namespace
-            raise _Refused(str(e)) from None
+    try:
+        door.spawned()
+    except OSError as e:           # the helper could not make the namespace
+        raise _Refused(str(e)) from None
     return proc
 
 
-def _sandbox(held: ExitStack, payload: dict[str, Any], conf: Confinement, user: identity.SandboxUser | None
-             ) -> tuple[Confinement, Namespace | None]:
+def _sandbox(held: ExitStack, payload: dict[str, Any], conf: Confinement, user: identity.SandboxUser | None,
+             key_door: Endpoint | None) -> tuple[Confinement, Namespace | None]:
     """What LocalLauncher.confinement and .open add to a local agent's sandbox: the
-    caller's uid, the seccomp filter, and the namespace with the agent's doors (None:
-    the node's network, as the daemon gives an agent without an egress list). What must
-    stay open until the CLI ends is left in `held`."""
+    caller's uid, the seccomp filter, and the namespace with the agent's doors, the first
+    to its key door if it has one (None: the node's network, as the daemon gives an agent
+    without an egress list). What must stay open until the CLI ends is left in `held`."""
     profile = "nesting" if payload.get("nesting") else "strict"
     conf = attrs.evolve(conf, nesting=profile == "nesting", user=user,
                         seccomp_fd=_closing(held, seccomp.program_fd(profile)))
     egress = confine.egress_of(payload)
+    if egress is not None and key_door is not None:
+        egress = tuple(dict.fromkeys((key_door, *egress)))
     if not (payload["network"] and egress is not None):
         return conf, None
     ns = Namespace(egress, _netns_kind())

@@ -4,9 +4,10 @@ sandbox in silence).
 
 The payload (launch/ray.py builds it) carries what the node cannot know by itself: the
 uid the daemon allocated to the agent's caller (identity.py: the same allocation, and so
-the same uid, as that caller's local agents), the one host:port the agent's door may
-reach (launch/egress.py), and whether the CLI builds a sandbox of its own (the seccomp
-profile). A root node drops to that uid before the sandbox, exactly as a root daemon
+the same uid, as that caller's local agents), the caller's key for the key door the
+node runs beside the agent (launch/spec.ModelKey; the agent's door to its model API leads
+there), the other host:ports its doors may reach (a write agent's `network`,
+launch/egress.py), and whether the CLI builds a sandbox of its own (the seccomp profile). A root node drops to that uid before the sandbox, exactly as a root daemon
 does; a node that is not root runs agents as its own user, as a daemon that is not root
 does, and refuses a uid it cannot switch to (one it already is, a shared `sandboxUser`
 that is the node's Ray user, is no switch). Pure functions: the node's facts are
@@ -20,6 +21,7 @@ from typing import Any, Mapping
 from ..identity import SandboxUser
 from ..launch.egress import Endpoint
 from ..launch.sandbox import HostLayout
+from ..launch.spec import ModelKey
 
 
 def user_of(payload: Mapping[str, Any]) -> SandboxUser | None:
@@ -34,6 +36,12 @@ def egress_of(payload: Mapping[str, Any]) -> tuple[Endpoint, ...] | None:
     return None if e is None else tuple(Endpoint(str(host), int(port)) for host, port in e)
 
 
+def model_key_of(payload: Mapping[str, Any]) -> ModelKey | None:
+    """The caller's key and model API, for the key door the node runs beside the agent."""
+    k = payload.get("keyDoor")
+    return None if k is None else ModelKey(key=str(k["key"]), upstream=str(k["upstream"]))
+
+
 def payload_user(user: SandboxUser | None) -> dict[str, Any] | None:
     """The daemon's half of user_of."""
     return None if user is None else {"uid": user.uid, "gid": user.gid, "name": user.name}
@@ -42,6 +50,11 @@ def payload_user(user: SandboxUser | None) -> dict[str, Any] | None:
 def payload_egress(egress: tuple[Endpoint, ...] | None) -> list[list[Any]] | None:
     """The daemon's half of egress_of."""
     return None if egress is None else [[ep.host, ep.port] for ep in egress]
+
+
+def payload_model_key(model_key: ModelKey | None) -> dict[str, str] | None:
+    """The daemon's half of model_key_of."""
+    return None if model_key is None else {"key": model_key.key, "upstream": model_key.upstream}
 
 
 def refusal(wanted: str, layout: HostLayout, euid: int, user: SandboxUser | None, node: str) -> str | None:
