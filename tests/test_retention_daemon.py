@@ -93,6 +93,7 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
                 status = (await h.tool("status", {"runId": old}))["structuredContent"]
                 result = (await h.tool("result", {"runId": old}))["structuredContent"]
                 listed = (await h.tool("list", {}))["structuredContent"]["runs"]
+                only_archived = (await h.tool("list", {"status": "archived"}))["structuredContent"]["runs"]
                 resumed = await h.tool("resume", {"runId": old})
                 usage_after = (await h.tool("usage", {}))["structuredContent"]
                 usage_cli = usage.report_for_state(state, caller="alice")        # what `swarmbase usage` reads
@@ -110,6 +111,8 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
     assert result["text"] == result_before and '"n": 1' in result["text"]
     rows = {r["runId"]: r for r in listed}
     assert "archivedAt" in rows[old] and "archivedAt" not in rows[newer] and "archivedAt" not in rows[failed]
+    # `list` filters as the dashboard's /?status=archived does: archived, whatever the status.
+    assert [(r["runId"], r["status"]) for r in only_archived] == [(old, "completed")]
     assert resumed["isError"] and "archived" in resumed["content"][0]["text"]
     # Spend still counts the archived run's agent, in the daemon and in `swarmbase usage`.
     assert usage_after == usage_before and usage_before["totals"]["agents"] == 3
