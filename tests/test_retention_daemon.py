@@ -148,6 +148,28 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
     assert "Traceback" not in d.stderr.decode(errors="replace")
 
 
+@pytest.mark.timeout(180)
+async def test_a_reload_applies_retention_at_once(tmp_path: Path) -> None:
+    """Issue 32.3: retention is a policy, read at each pass; `swarmbase reload` turning it
+    on says so and archives at once (the reload used to say "needs a restart")."""
+    cfg, tokens = fake_cli_config(tmp_path)
+    state = tmp_path / "state"
+    async with cli_daemon(cfg) as d:
+        with trio.fail_after(150):
+            async with connect(d.ws, tokens["alice"]) as h:
+                await h.handshake()
+                old = await run_and_wait(h, OK)
+                newer = await run_and_wait(h, OK)
+            set_retention(cfg, {"maxRuns": 1, "intervalMinutes": 600})
+            p = await trio.run_process([sys.executable, "-m", "swarmbase", "reload"], capture_stdout=True,
+                                       capture_stderr=True, check=False, env=dict(os.environ, SWARMBASE_CONFIG=str(cfg)))
+            assert p.returncode == 0, p
+            assert p.stderr.decode().strip() == "swarmbase: config reloaded: applied retention (a pass runs now)"
+            await wait_for(lambda: archive_of(state, old) and not run_dir(state, old))
+            assert run_dir(state, newer) and not archive_of(state, newer)
+    assert "Traceback" not in d.stderr.decode(errors="replace")
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("retention, message", [
     ({}, "retention: set days, maxRuns or both"),
