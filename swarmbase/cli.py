@@ -172,8 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         problems = config.key_file_problems(cfg)
         for name, problem in problems:
             print(f"swarmbase: caller {name}: {problem}; its runs are refused until it is fixed", file=sys.stderr)
-        print("swarmbase: config ok" + (" (but see the key files above)" if problems else ""))
-        return 1 if problems else 0
+        unfilled = config.key_files_unfilled(cfg)
+        for name, problem in unfilled:
+            print(f"swarmbase: caller {name}: {problem}; its agents fail until then", file=sys.stderr)
+        print("swarmbase: config ok" + (" (but see the key files above)" if problems or unfilled else ""))
+        return 1 if problems or unfilled else 0
     return _serve(getattr(args, "port", None))
 
 

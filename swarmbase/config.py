@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 import shutil
 import stat
 import typing
@@ -291,6 +292,37 @@ def key_file_problem(path: str | None) -> str | None:
 def key_file_problems(cfg: "Config") -> list[tuple[str, str]]:
     """(caller name, problem) for every caller whose key file cannot be used now."""
     return [(c.name, p) for c in cfg.callers if (p := key_file_problem(c.apiKeyFile)) is not None]
+
+
+def fill_command(path: str) -> str:
+    """The one command that puts the key in a caller's (existing, 0600) key file: printf
+    adds no newline, and the variable keeps the key out of the shell's history."""
+    return f"printf '%s' \"$ANTHROPIC_API_KEY\" > {shlex.quote(path)}"
+
+
+def key_file_unfilled(path: str | None) -> str | None:
+    """Why a usable key file still holds no key (the first start and add-caller make it
+    empty), with the command that fills it; None when it holds one or cannot be read (that
+    is key_file_problem's). Not a reason to refuse a run: a script without agents needs no
+    key. `check-config` and the start-up log say it; an agent() call fails with it."""
+    if not path or key_file_problem(path) is not None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            if f.read(4096).strip():
+                return None
+    except OSError:
+        return None
+    return empty_key_file(path)
+
+
+def empty_key_file(path: str) -> str:
+    return f"the key file {path} is empty; put the caller's API key (or gateway token) in it: {fill_command(path)}"
+
+
+def key_files_unfilled(cfg: "Config") -> list[tuple[str, str]]:
+    """(caller name, what to do) for every usable key file that is still empty."""
+    return [(c.name, p) for c in cfg.callers if (p := key_file_unfilled(c.apiKeyFile)) is not None]
 
 
 def under_temp_dir(path: str) -> bool:

@@ -25,7 +25,7 @@ from quart import Response, websocket
 from quart_trio import QuartTrio
 
 from . import identity, live_reload
-from .config import Config, key_file_problems
+from .config import Config, key_file_problems, key_files_unfilled
 from .engines.base import Engine
 from .engines.claude_agent import ClaudeEngine
 from .caller_secrets import caller_secrets
@@ -266,6 +266,8 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
     for name, problem in key_file_problems(cfg):
         log.error("caller %s: %s; that caller's runs are refused until it is fixed, the others are served",
                   name, problem)
+    for name, problem in key_files_unfilled(cfg):
+        log.warning("caller %s: %s; that caller's agents fail until then", name, problem)
     interrupted = services.supervisor.recover()
     if interrupted:
         log.warning("marked %d runs interrupted after an unclean stop", len(interrupted))

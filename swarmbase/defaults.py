@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fsutil, jsonc
-from .config import ConfigError
+from .config import ConfigError, fill_command
 
 DEFAULT_PORT = 7360
 # What to do when no agent CLI was found (the first start, and agent() without an engine).
@@ -26,6 +26,18 @@ def _new_token_file(state_dir: Path, name: str) -> tuple[Path, str]:
     fsutil.write_atomic(path, (token + "\n").encode(), mode=0o600)
     os.chmod(path, 0o600)
     return path, hashlib.sha256(token.encode()).hexdigest()
+
+
+def _new_key_file(state_dir: Path, name: str) -> Path:
+    """An empty 0600 key file for the caller's API key. Made here, before the operator fills
+    it: `printf … > file` keeps the mode of a file that exists, so the key is never readable
+    by others, even for a moment."""
+    key_path = state_dir / f"{name}.key"
+    if not key_path.exists():
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+    os.chmod(key_path, 0o600)
+    return key_path
 
 
 def _found_engines() -> dict[str, Any]:
@@ -46,6 +58,7 @@ def write_default(path: Path, port: int = DEFAULT_PORT) -> str:
     state = path.parent
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     token_path, digest = _new_token_file(state, "local")
+    key_path = _new_key_file(state, "local")
     engines = _found_engines()
     # The sandbox needs bubblewrap; without it the daemon still starts, unconfined (see README).
     sandbox = "bwrap" if shutil.which("bwrap") else "none"
@@ -53,7 +66,7 @@ def write_default(path: Path, port: int = DEFAULT_PORT) -> str:
         "port": port,
         "sandbox": sandbox,
         "engines": engines,
-        "callers": [{"name": "local", "tokenSha256": digest, "maxProfile": "read"}],
+        "callers": [{"name": "local", "tokenSha256": digest, "apiKeyFile": str(key_path), "maxProfile": "read"}],
     }
     fsutil.write_json(path, cfg)
     found = ", ".join(sorted(engines)) or f"none: {NO_ENGINE_FIX} ({path})"
@@ -62,6 +75,8 @@ def write_default(path: Path, port: int = DEFAULT_PORT) -> str:
         "(apt-get install bubblewrap, then set \"sandbox\": \"bwrap\")\n")
     return (f"swarmbase: wrote a first config to {path}\n{sandbox_note}"
             f"swarmbase: caller 'local' token is in {token_path} (mode 0600)\n"
+            f"swarmbase: caller 'local' API key goes in {key_path} (mode 0600, empty now; agents need it): "
+            f"{fill_command(str(key_path))}\n"
             f"swarmbase: engines found on PATH: {found}\n"
             f"swarmbase: connect an MCPL host to ws://127.0.0.1:{port}/mcpl?token=<contents of {token_path.name}>")
 
@@ -79,15 +94,12 @@ def add_caller(path: Path, name: str) -> str:
         raise ConfigError(f"callers: a caller named {name!r} already exists")
     state = path.parent
     token_path, digest = _new_token_file(state, name)
-    key_path = state / f"{name}.key"
-    if not key_path.exists():
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.close(fd)
-    os.chmod(key_path, 0o600)
+    key_path = _new_key_file(state, name)
     callers.append({"name": name, "tokenSha256": digest, "apiKeyFile": str(key_path), "maxProfile": "read"})
     backup = path.with_name(path.name + ".bak")
     shutil.copy2(path, backup)
     fsutil.write_atomic(path, (json.dumps(raw, indent=2) + "\n").encode(), mode=0o600)
     return (f"swarmbase: added caller {name!r} to {path} (previous version, with any comments, in {backup.name})\n"
             f"swarmbase: its MCPL token is in {token_path} (mode 0600)\n"
-            f"swarmbase: put the caller's API key or gateway token in {key_path} (mode 0600)")
+            f"swarmbase: put the caller's API key or gateway token in {key_path} (mode 0600): "
+            f"{fill_command(str(key_path))}")

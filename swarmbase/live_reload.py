@@ -207,6 +207,8 @@ async def _reload(services: Any, running: Config, read_at: float) -> reload.Plan
     clock.mark("plan")
     swap(services, plan.config)
     services.hub.refusals.retire(running, plan.config)     # "this token was rotated", not "matches no caller"
+    if "retention" in plan.applied:
+        services.supervisor.retention.wake()     # a pass with the new policy now, then its interval
     clock.mark("swap")
     await close_sessions(services.hub, plan.config)
     clock.mark("sessions")

@@ -31,6 +31,7 @@ LIVE = frozenset({
     "callers", "prices", "perRunConcurrency", "maxAgentsPerRun", "deleteWorkOnEnd", "resumeInterruptedOnBoot",
     "agentTimeoutMs", "agentIdleTimeoutMs", "runTimeoutMs", "maxPhasesPerRun", "maxLogBytesPerRun",
     "maxWorkflowDepth", "maxWorkflowsPerRun",
+    "retention",        # read at each pass; the reload wakes the pass (live_reload), which runs at once
 })
 NOT_KEYS = frozenset({"path"})      # Config fields that are not JSON keys
 
@@ -58,11 +59,17 @@ class Plan:
             if names:
                 parts.append(f"{what} caller{'s' if len(names) > 1 else ''} {', '.join(names)}")
         if self.applied:
-            parts.append("applied " + ", ".join(self.applied))
+            parts.append("applied " + ", ".join(self._applied_text(k) for k in self.applied))
         text = "config reloaded: " + ("; ".join(parts) if parts else "nothing changed")
         if self.needs_restart:
             text += f"; needs a restart (kept the running value): {', '.join(self.needs_restart)}"
         return text
+
+    def _applied_text(self, key: str) -> str:
+        if key != "retention":
+            return key
+        # What a retention change does at once is worth saying: nothing waits for the interval.
+        return "retention (a pass runs now)" if self.config.retention is not None else "retention (off: runs are kept)"
 
 
 def keys() -> list[str]:

@@ -4,6 +4,7 @@ Anthropic Messages API on loopback. These must not skip: a missing CLI fails the
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 from pathlib import Path
@@ -39,8 +40,12 @@ def all_text_under(path: Path) -> str:
 
 # -- results ----------------------------------------------------------------------
 
+@pytest.mark.timeout(400)
 async def test_text_structured_and_tool_use_results(tmp_path: Path, nursery: trio.Nursery, claude_bin: str,
                                                     api: FakeAnthropic) -> None:
+    # Five real CLI agents one after another: 9-13 s on a quiet machine, 28 s at load 13 on
+    # 2 cores (nice 19), past the 60 s run_to_end used to allow at the suite's load of 20-40
+    # (issue 32.10). No deadline of the test's own: the hard timeout is the only one.
     env = await claude_daemon(tmp_path, nursery, claude_bin, api.url)
     (tmp_path / "roots" / "notes.txt").write_text("the secret word is marmalade")
     schema = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
@@ -52,7 +57,7 @@ const none = await agent("no object [[textonly]]", {{ schema: {json.dumps(schema
 const read = await agent("[[read:{tmp_path / 'roots' / 'notes.txt'}]]", {{ profile: "read", cwd: {json.dumps(str(tmp_path / 'roots'))} }});
 return {{ text, obj, bad, none, read, budget: {{ spent: budget.usd.spent, reserved: budget.usd.reserved }} }};
 """
-    run = await run_to_end(env, script)
+    run = await run_to_end(env, script, timeout=math.inf)
     assert run.status == "completed", run.error
     res = result_of(env, run)
     assert res["text"] == "hello there"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -44,6 +45,9 @@ def alive(pid: int) -> bool:
 
 def cli_env(cfg_path: Path) -> dict[str, str]:
     env = dict(os.environ)
+    # As an operator's shell or systemd runs it: stderr buffered, so a write to a closed
+    # pipe fails the daemon's exit (status 120) whether or not the suite's shell set this.
+    env.pop("PYTHONUNBUFFERED", None)
     env["SWARMBASE_CONFIG"] = str(cfg_path)
     env["PATH"] = "/usr/bin:/bin"           # no claude on PATH for these tests
     return env
@@ -61,6 +65,37 @@ def test_write_default_config(tmp_path: Path) -> None:
     assert hashlib.sha256(token.encode()).hexdigest() == local.tokenSha256
     assert token not in path.read_text()
     assert str(token_file) in msg and "ws://127.0.0.1:7360/mcpl" in msg
+
+
+def test_first_start_makes_the_key_file_and_check_config_names_it_until_filled(tmp_path: Path) -> None:
+    """Issue 32.6: the first agent of the README's first start failed with "caller 'local'
+    has no apiKeyFile". The first start makes an empty 0600 key file for `local` and prints
+    the one command that fills it; check-config names it (exit 1) until it holds a key."""
+    path = tmp_path / "state" / "config.json"
+    msg = defaults.write_default(path)
+    key_file = tmp_path / "state" / "local.key"
+    [local] = config.load(path).callers
+    assert local.apiKeyFile == str(key_file)
+    assert key_file.read_bytes() == b"" and key_file.stat().st_mode & 0o777 == 0o600
+    [line] = [x for x in msg.splitlines() if "API key" in x]
+    command = f"printf '%s' \"$ANTHROPIC_API_KEY\" > {shlex.quote(str(key_file))}"
+    assert line.endswith(": " + command) and str(key_file) in line, line
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "swarmbase", "check-config"], env=cli_env(path),
+                              capture_output=True, text=True, timeout=30)
+    before = check()
+    assert before.returncode == 1, before
+    assert f"swarmbase: caller local: the key file {key_file} is empty" in before.stderr
+    assert command in before.stderr and "its agents fail until then" in before.stderr
+    # The printed command, run as printed, fills the file and keeps it 0600.
+    subprocess.run(["sh", "-c", command], env={"ANTHROPIC_API_KEY": "sk-canary-32-6"}, check=True, timeout=10)
+    assert key_file.read_text() == "sk-canary-32-6" and key_file.stat().st_mode & 0o777 == 0o600
+    after = check()
+    assert after.returncode == 0 and "empty" not in after.stderr and "sk-canary" not in after.stderr, after
+    key_file.unlink()
+    gone = check()
+    assert gone.returncode == 1 and f"the key file {key_file} does not exist" in gone.stderr, gone
 
 
 def test_first_start_writes_config_and_prints_where(tmp_path: Path) -> None:
@@ -87,12 +122,16 @@ def test_first_start_writes_config_and_prints_where(tmp_path: Path) -> None:
                 break
         text = "".join(lines)
         assert f"token is in {tmp_path / 'home' / 'mcpl-local.token'}" in text
+        assert f"printf '%s' \"$ANTHROPIC_API_KEY\" > {shlex.quote(str(tmp_path / 'home' / 'local.key'))}" in text
         assert "ws://127.0.0.1:7360/mcpl" in text
         assert path.exists()
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.stderr.close()
-        assert proc.wait(timeout=20) == 0
+        # Read to the end (issue 32.10): the daemon logs its shutdown, and with the pipe
+        # closed that write fails Python's flush of stderr at exit: status 120, not 0.
+        rest = proc.communicate(timeout=20)[1]
+    assert proc.returncode == 0, rest
+    assert "shutting down" in rest
 
 
 def test_bad_config_stops_start_up_with_one_message(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import trio
 
 from swarmbase import config
 from swarmbase.admin import AdminStore
+from swarmbase.runs.live import publish_row
 
 from . import gen_runs
 from .browser import ADMIN, console_errors, in_thread, wait_for
@@ -346,3 +347,47 @@ async def test_failed_run_marks_its_line(tmp_path: Path, nursery: trio.Nursery, 
 
     await in_thread(look)
 
+
+
+@pytest.mark.timeout(120)
+async def test_archived_badge_shows_whole_in_the_run_list(tmp_path: Path, nursery: trio.Nursery,
+                                                          browser: Any) -> None:
+    """Retention archives the older run (maxRuns 1, a pass every 3 s); its row carries two
+    badges, status and "archived", and the status column shows both whole, server-rendered
+    and re-rendered live by list.js."""
+    from selenium.webdriver.common.by import By
+    env: Env = await fake_daemon(tmp_path, nursery, retention={"maxRuns": 1, "intervalMinutes": 0.05})
+    old = await run_to_end(env, "return 1", label="old run")
+    await run_to_end(env, "return 2", label="newer run")
+    with trio.fail_after(60):
+        while old.archived_at is None:
+            await trio.sleep(0.05)
+
+    def clipped(d: Any) -> list[str]:
+        """The badges of the old run's row not shown whole inside their cell."""
+        return d.execute_script(
+            "const row = document.getElementById(arguments[0]);"
+            "return [...row.querySelectorAll('.badge')].filter(b => {"
+            "  const c = b.closest('td').getBoundingClientRect(), r = b.getBoundingClientRect();"
+            "  return r.left < c.left || r.right > c.right + 0.5 || b.scrollWidth > b.clientWidth;"
+            "}).map(b => b.textContent)", f"run-{old.id}")
+
+    def look() -> None:
+        for status in ("", "archived"):
+            browser.get(env.url + "/" + (f"?status={status}" if status else ""))
+            row = wait_for(browser, lambda d: d.find_element(By.ID, f"run-{old.id}"))
+            assert [b.text for b in row.find_elements(By.CSS_SELECTOR, ".badge")] == ["completed", "archived"]
+            assert clipped(browser) == [], status
+        assert not console_errors(browser)
+
+    await in_thread(look)
+    # The live re-render (list.js rowFor) of the same row: its row event redraws it.
+    await in_thread(browser.execute_script, "document.getElementById(arguments[0]).dataset.mark = 'server'",
+                    f"run-{old.id}")
+    publish_row(env.services.supervisor.env, old, None)
+
+    def look_live() -> None:
+        wait_for(browser, lambda d: not d.find_element(By.ID, f"run-{old.id}").get_attribute("data-mark"))
+        assert clipped(browser) == []
+
+    await in_thread(look_live)

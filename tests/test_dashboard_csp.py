@@ -7,9 +7,11 @@ that page is also checked for the shared layout and for colours that can be seen
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -113,3 +115,20 @@ async def test_every_page_has_no_csp_violation_light_and_dark(tmp_path: Path, nu
     assert any(v.startswith("style-src") for v in blocked), blocked
     await in_thread(check_spend, "light")
     await in_thread(check_spend, "dark")
+
+
+@pytest.mark.timeout(60)
+async def test_every_page_header_links_the_list_spend_and_nodes(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """Issue 32.8: /nodes was reachable only by typing it; every page's header links it."""
+    state = tmp_path / "state"
+    path, tokens = write_config(state, dashboard={"adminLogins": [ADMIN]})
+    run = write_run(state, [AgentSpec("a", cost=0.25, ended_at=days_ago(1))], created_at=days_ago(1))
+    env = Env(state=state, tokens=tokens, cfg=config.load(path))
+    await start_daemon(nursery, env)
+    found = {}
+    async with httpx.AsyncClient(base_url=env.url) as c:
+        for name, url in pages(env, run.id).items():
+            page = (await c.get(url)).text
+            header = re.search(r'<header class="top">(.*?)</header>', page, re.S)
+            found[name] = re.findall(r'<a href="([^"]+)"', header.group(1)) if header else None
+    assert found == {name: ["/", "/spend", "/nodes"] for name in found}

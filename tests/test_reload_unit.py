@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from swarmbase import config, live_reload, reload
+from swarmbase.runs.retention_rules import Retention
 
 from .conftest import write_config
 
@@ -162,3 +163,22 @@ def test_the_swap_reaches_the_run_env_the_agent_service_and_both_think_paths(tmp
     router = sup.agents.engines["claude"]                                          # type: ignore[attr-defined]
     assert isinstance(router, ThinkRouter)
     assert router.cli.cfg is new and router.in_daemon.cfg is new                   # type: ignore[attr-defined]
+
+
+def test_the_readme_lists_exactly_the_restart_only_keys() -> None:
+    """Issue 32.3: the README's list of settings that need a restart omitted `retention`
+    (then restart-only). Each key it names must be one reload keeps, and each kept key named."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    m = re.search(r"Settings that something holds from the start — (.*?) — keep their running value", readme, re.S)
+    assert m, "the README's restart-only paragraph moved: update this test"
+    named = {name.split(".")[0] for name in re.findall(r"`([^`]+)`", m.group(1))}   # dashboard.adminLogins
+    assert named == set(reload.keys()) - reload.LIVE
+
+
+def test_a_retention_change_is_applied_and_said(tmp_path: Path) -> None:
+    old = load(tmp_path)
+    on = attrs.evolve(old, retention=Retention(maxRuns=5))
+    assert reload.plan(old, on).summary() == "config reloaded: applied retention (a pass runs now)"
+    assert reload.plan(on, on).summary() == "config reloaded: nothing changed"
+    off = reload.plan(on, old)
+    assert off.summary() == "config reloaded: applied retention (off: runs are kept)" and off.config.retention is None

@@ -158,7 +158,8 @@ async def test_the_pass_runs_at_boot_then_every_interval(tmp_path: Path, autojum
     fresh.ended_at = NOW + 100                 # ends past the one-day window at NOW + 86,500
     kept.ended_at, kept.status = NOW - 3 * DAY, "running"
     changed: list[str] = []
-    p = RetentionPass(Retention(days=1, intervalMinutes=60), tmp_path, runs, lambda r: tmp_path / "runs" / r.dir_name,
+    policy = Retention(days=1, intervalMinutes=60)
+    p = RetentionPass(lambda: policy, tmp_path, runs, lambda r: tmp_path / "runs" / r.dir_name,
                       busy=lambda r: r.active, changed=lambda r: changed.append(r.id), now=now, in_thread=inline)
     async with trio.open_nursery() as n:
         n.start_soon(p.serve)
@@ -172,3 +173,37 @@ async def test_the_pass_runs_at_boot_then_every_interval(tmp_path: Path, autojum
         n.cancel_scope.cancel()
     assert (tmp_path / "runs" / kept.dir_name).is_dir() and archive.zip_path(tmp_path, fresh.dir_name).is_file()
 
+
+
+@pytest.mark.timeout(30)
+async def test_a_changed_policy_applies_at_once_and_keeps_its_interval(tmp_path: Path, autojump_clock: Any) -> None:
+    """Issue 32.3: a reload changes `retention` (read at each pass) and wakes the pass; off,
+    it passes no more until a policy comes back."""
+    runs = {r.id: r for r in make_runs(tmp_path, 3)}
+    old, mid, new = sorted(runs.values(), key=lambda r: r.created_at)
+    for i, r in enumerate((old, mid, new)):
+        r.ended_at = NOW - 10 + i
+    policy: list[Retention | None] = [None]
+    p = RetentionPass(lambda: policy[0], tmp_path, runs, lambda r: tmp_path / "runs" / r.dir_name,
+                      busy=lambda r: r.active, changed=lambda r: None, now=lambda: NOW, in_thread=inline)
+    async with trio.open_nursery() as n:
+        n.start_soon(p.serve)
+        await trio.sleep(7 * 86_400)
+        assert p.passes == 0                         # no policy: it only waits
+        policy[0] = Retention(maxRuns=2, intervalMinutes=60)
+        p.wake()
+        await trio.sleep(1)
+        assert p.passes == 1 and old.archived_at is not None and mid.archived_at is None
+        policy[0] = Retention(maxRuns=1, intervalMinutes=10)
+        p.wake()
+        await trio.sleep(1)
+        assert p.passes == 2 and mid.archived_at is not None and new.archived_at is None
+        await trio.sleep(1_200)                      # the new interval: passes at +600 and +1,200
+        assert p.passes == 4
+        policy[0] = None
+        p.wake()
+        await trio.sleep(1)
+        passes = p.passes
+        await trio.sleep(30 * 86_400)
+        assert p.passes == passes
+        n.cancel_scope.cancel()

@@ -93,6 +93,7 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
                 status = (await h.tool("status", {"runId": old}))["structuredContent"]
                 result = (await h.tool("result", {"runId": old}))["structuredContent"]
                 listed = (await h.tool("list", {}))["structuredContent"]["runs"]
+                only_archived = (await h.tool("list", {"status": "archived"}))["structuredContent"]["runs"]
                 resumed = await h.tool("resume", {"runId": old})
                 usage_after = (await h.tool("usage", {}))["structuredContent"]
                 usage_cli = usage.report_for_state(state, caller="alice")        # what `swarmbase usage` reads
@@ -110,6 +111,8 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
     assert result["text"] == result_before and '"n": 1' in result["text"]
     rows = {r["runId"]: r for r in listed}
     assert "archivedAt" in rows[old] and "archivedAt" not in rows[newer] and "archivedAt" not in rows[failed]
+    # `list` filters as the dashboard's /?status=archived does: archived, whatever the status.
+    assert [(r["runId"], r["status"]) for r in only_archived] == [(old, "completed")]
     assert resumed["isError"] and "archived" in resumed["content"][0]["text"]
     # Spend still counts the archived run's agent, in the daemon and in `swarmbase usage`.
     assert usage_after == usage_before and usage_before["totals"]["agents"] == 3
@@ -142,6 +145,28 @@ async def test_archive_then_read_everywhere_then_delete(tmp_path: Path) -> None:
     assert gone["isError"] and "no run" in gone["content"][0]["text"]
     assert still["text"] == result_before and run_dir(state, latest) and archive_of(state, old)
     assert not list((state / "runs").glob(".pruned-*")) and not list((state / "runs-archive").glob(".tmp-*"))
+    assert "Traceback" not in d.stderr.decode(errors="replace")
+
+
+@pytest.mark.timeout(180)
+async def test_a_reload_applies_retention_at_once(tmp_path: Path) -> None:
+    """Issue 32.3: retention is a policy, read at each pass; `swarmbase reload` turning it
+    on says so and archives at once (the reload used to say "needs a restart")."""
+    cfg, tokens = fake_cli_config(tmp_path)
+    state = tmp_path / "state"
+    async with cli_daemon(cfg) as d:
+        with trio.fail_after(150):
+            async with connect(d.ws, tokens["alice"]) as h:
+                await h.handshake()
+                old = await run_and_wait(h, OK)
+                newer = await run_and_wait(h, OK)
+            set_retention(cfg, {"maxRuns": 1, "intervalMinutes": 600})
+            p = await trio.run_process([sys.executable, "-m", "swarmbase", "reload"], capture_stdout=True,
+                                       capture_stderr=True, check=False, env=dict(os.environ, SWARMBASE_CONFIG=str(cfg)))
+            assert p.returncode == 0, p
+            assert p.stderr.decode().strip() == "swarmbase: config reloaded: applied retention (a pass runs now)"
+            await wait_for(lambda: archive_of(state, old) and not run_dir(state, old))
+            assert run_dir(state, newer) and not archive_of(state, newer)
     assert "Traceback" not in d.stderr.decode(errors="replace")
 
 

@@ -30,7 +30,7 @@
     if (r.error && r.status !== "completed") label.append(el("div", { class: "why small", text: String(r.error).slice(0, 160) }));
     const tr = el("tr", { id: "run-" + r.runId, "data-created": r.createdAtEpoch, "data-ended": r.endedAtEpoch || "", "data-status": r.status },
       label, el("td", { text: r.caller }),
-      el("td", {}, el("span", { class: "badge s-" + r.status, text: r.status }),
+      el("td", { class: "status" }, el("span", { class: "badge s-" + r.status, text: r.status }),
         ...(r.archivedAt ? [" ", el("span", { class: "badge s-archived", title: "archived by retention: " + r.archivedAt, text: "archived" })] : [])),
       el("td", { class: "num", text: (r.spentEstimated ? "~" : "") + SB.usd(r.spentUsd) + " / " + SB.usd(r.budgetUsd) }),
       el("td", { class: "num", text: r.agents.done + "/" + r.agents.total }),

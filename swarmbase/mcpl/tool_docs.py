@@ -74,7 +74,7 @@ MEANING: dict[tuple[str, str], str] = {
     ("result", "offset"): "Character offset of the page in the return value's JSON text",
     ("result", "limit"): "Characters per page",
     ("list", "limit"): "How many runs to return, newest first",
-    ("list", "status"): "Only runs in this status",
+    ("list", "status"): "Only runs in this status; \"archived\": the runs retention archived, whatever their status",
     ("guide", "topic"): "One section of the reference",
     ("save_workflow", "name"): "The workflow's name, used as workflow({name}) in scripts",
     ("save_workflow", "script"): "The workflow's script: the body of an async function, like run's script",

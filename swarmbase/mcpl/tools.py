@@ -22,6 +22,7 @@ MAX_SCRIPT_CHARS = 1_000_000
 RESULT_PAGE_DEFAULT = 20_000
 RESULT_PAGE_MAX = 200_000
 
+ARCHIVED = "archived"    # list's status filter for the runs retention archived, whatever their status (as /?status=archived)
 RUN_ID = {"type": "string", "pattern": "^run_[0-9a-f]{12}$", "description": "The runId returned by run"}
 
 TOOLS: list[dict[str, Any]] = [
@@ -107,7 +108,7 @@ TOOLS: list[dict[str, Any]] = [
         "description": "The caller's recent runs, newest first.",
         "inputSchema": {"type": "object", "properties": {
             "limit": {"type": "integer", "minimum": 1, "maximum": 500},
-            "status": {"enum": list(STATUSES)}},
+            "status": {"enum": [*STATUSES, ARCHIVED]}},
             "additionalProperties": False},
     },
     {
@@ -254,7 +255,9 @@ def _resume(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any
 
 def _list(sup: Supervisor, caller: Caller, a: dict[str, Any]) -> dict[str, Any]:
     runs = sup.runs_of(caller.name)
-    if a.get("status"):
+    if a.get("status") == ARCHIVED:
+        runs = [r for r in runs if r.archived_at is not None]
+    elif a.get("status"):
         runs = [r for r in runs if r.status == a["status"]]
     return {"runs": [_row(sup, r) for r in runs[: a.get("limit", 20)]]}
 

@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from .. import fsutil
-from ..config import key_file_problem
+from ..config import empty_key_file, key_file_problem
 from ..engines.base import AgentIO, AgentJob, Engine, LiveUsage
 from ..engines.verdict import Verdict
 from ..jsonvalue import Json
@@ -198,6 +198,6 @@ class AgentLauncher:
         except OSError as e:
             raise AgentCallError(f"agent(): cannot read the caller's apiKeyFile: {e.strerror}") from None
         if not key:
-            raise AgentCallError(f"agent(): the caller's apiKeyFile {path} is empty")
+            raise AgentCallError(f"agent(): {empty_key_file(path)}")
         self.env.redact.add(key)          # a rotated key is redacted from then on
         return key

@@ -1,6 +1,12 @@
 """The retention pass: ended runs past `retention` archived or deleted, at boot and then
 every `intervalMinutes` (a trio task in the supervisor's nursery).
 
+The policy is read from the running Config at each pass, so a reload changes it (it is a
+policy, not something bound at start): the reload wakes the task, which passes at once
+with the new policy and then keeps the new interval; with `retention` removed it only
+waits for the next reload. A pass under way when the reload comes finishes with the
+policy it started with (cancelling it mid-run could part a zip from its run's record).
+
 What is picked is decided on the event loop from the runs held in memory (retention_rules,
 no reads but a stat of a failed run's journal); the zipping and removing happen in a
 worker thread, one run at a time, so a pass over thousands of runs never stalls the loop
@@ -14,6 +20,7 @@ runs are loaded, and afterwards add the archived runs from the archive index.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Callable, MutableMapping
@@ -62,7 +69,7 @@ class PassReport:
 
 @attrs.define
 class RetentionPass:
-    policy: Retention
+    policy: Callable[[], Retention | None]    # read at each pass: the running Config's
     state_dir: Path
     runs: MutableMapping[str, Run]            # every run the daemon holds (the supervisor's)
     run_dir: Callable[[Run], Path]
@@ -71,11 +78,21 @@ class RetentionPass:
     now: Callable[[], float] = time.time      # wall clock: runs' end times are wall times
     in_thread: ThreadRunner = trio.to_thread.run_sync
     passes: int = 0
+    _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     async def serve(self) -> None:
         while True:
-            await self.run_once()
-            await trio.sleep(self.policy.intervalMinutes * 60)
+            # Made before the pass: a reload during the pass makes the next one start at once.
+            self._wake = trio.Event()
+            policy = self.policy()
+            if policy is not None:
+                await self.run_once(policy)
+            with trio.move_on_after(policy.intervalMinutes * 60 if policy is not None else math.inf):
+                await self._wake.wait()
+
+    def wake(self) -> None:
+        """The policy changed (a reload): pass now with the new one, then on its interval."""
+        self._wake.set()
 
     def _has_journal(self, run: Run) -> bool:
         try:
@@ -83,10 +100,10 @@ class RetentionPass:
         except OSError:
             return False
 
-    async def run_once(self) -> PassReport:
+    async def run_once(self, policy: Retention) -> PassReport:
         started = time.monotonic()
         report = PassReport()
-        picked: list[Run] = select(list(self.runs.values()), self.policy, self.now(), self.busy, self._has_journal)
+        picked: list[Run] = select(list(self.runs.values()), policy, self.now(), self.busy, self._has_journal)
         for run in picked:
             held = self.runs.get(run.id)
             # Checked again at its turn: a resume of it (or a run resumed from it) may be running.
@@ -95,7 +112,7 @@ class RetentionPass:
                 continue
             d = self.run_dir(run)
             try:
-                if self.policy.action == "archive":
+                if policy.action == "archive":
                     line, raw, packed = await self.in_thread(archive.archive_run, self.state_dir, d,
                                                                       self.now())
                     run.archived_at = line["archivedAt"]
@@ -110,7 +127,7 @@ class RetentionPass:
             except (OSError, ValueError) as e:
                 report.failed += 1
                 log.error("retention: run %s was not %s: %s", run.id,
-                          "archived" if self.policy.action == "archive" else "deleted", e)
+                          "archived" if policy.action == "archive" else "deleted", e)
                 continue
         self.passes += 1
         report.seconds = time.monotonic() - started

@@ -66,6 +66,10 @@ class Supervisor:
         self.quota = QuotaBook(history_of(self.runs, env.store.dir, env.cfg.state_dir))     # usdPerDay / usdPerMonth
         self.accepting = True
         self._nursery: trio.Nursery | None = None
+        # Reads `retention` from the running Config at each pass; a reload wakes it (live_reload).
+        self.retention = RetentionPass(lambda: self.env.cfg.retention, env.cfg.state_dir, self.runs, env.store.dir,
+                                       changed=self.changed,
+                                       busy=lambda r: r.active or r.id in self.live or r.id in self.unsaved)
 
     # -- boot -------------------------------------------------------------
     def recover(self) -> list[Run]:
@@ -75,18 +79,12 @@ class Supervisor:
         self.runs.update(found.runs)
         return found.interrupted
 
-    def retention_pass(self) -> RetentionPass:
-        cfg = self.env.cfg
-        assert cfg.retention is not None
-        return RetentionPass(cfg.retention, cfg.state_dir, self.runs, self.env.store.dir, changed=self.changed,
-                             busy=lambda r: r.active or r.id in self.live or r.id in self.unsaved)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED, resume: list[Run] | None = None) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._resave_loop)
-            if self.env.cfg.retention is not None:
-                nursery.start_soon(self.retention_pass().serve)
+            nursery.start_soon(self.retention.serve)
             for run in resume or []:
                 self._resume_on_boot(run)
             task_status.started()
