@@ -301,7 +301,7 @@ class Agents:
                           workflow=scope.workflow_path, original_duration_s=cached.get("durationS"),
                           branch=cached.get("worktree"))
         rec.set_state("queued")
-        self.env.store.create_agent(rec, prompt, {**opts, "replayedFrom": live.run.resumed_from})
+        live.writes.replayed_inputs(rec, prompt, {**opts, "replayedFrom": live.run.resumed_from})
         scope.add_agent(rec, o.phase)
         rec.started_at = rec.queued_at
         rec.set_state("done", replayed=True, originalCostUsd=cached.get("costUsd"))

@@ -65,8 +65,11 @@ async def write(store: RunStore, live: LiveRun, final: bool = False) -> None:
     run = live.run
     d = store.dir(run)
     logs, w.log = w.log, []
-    agents = [(rec.dir / "agent.json", rec.to_json(), rec.state in ENDED) for rec in w.agents.values()]
-    w.agents = {}
+    # An ended agent's record is durable, but a replayed one's: the journal it was replayed
+    # from is (its lines are carried into this run's), so a fsync each bought nothing.
+    agents = [(rec.dir / "agent.json", rec.to_json(), rec.state in ENDED, rec.state in ENDED and not rec.replayed)
+              for rec in w.agents.values()]
+    inputs, w.agents, w.inputs = w.inputs, {}, {}
     now = trio.current_time()
     phases_due = w.phases_dirty and now - w.phases_at >= FLUSH_INTERVAL_S * max(
         1.0, len(live.agents) / PHASES_AGENTS_PER_INTERVAL)
@@ -76,16 +79,18 @@ async def write(store: RunStore, live: LiveRun, final: bool = False) -> None:
         w.phases_dirty = False
         w.phases_at = now
     w.run_dirty = False
-    if not (logs or agents or phases is not None or run_json is not None):
+    if not (logs or agents or inputs or phases is not None or run_json is not None):
         return
 
     chains = live.chains
 
     def io() -> JsonObject | None:
-        for path, data, ended in agents:
+        for agent_dir, prompt, opts in inputs.values():
+            store.write_agent_inputs(agent_dir, prompt, opts)
+        for path, data, ended, durable in agents:
             if ended and chains is not None:      # the agent's final record: sealed
                 data = chains.agent_record(int(path.parent.name), data, agent_files(path.parent))
-            fsutil.write_json(path, data, durable=ended)
+            fsutil.write_json(path, data, durable=durable)
         if phases is not None:
             fsutil.write_json(d / "phases.json", phases, durable=final)
         if logs:
@@ -104,7 +109,9 @@ async def write(store: RunStore, live: LiveRun, final: bool = False) -> None:
     except OSError:
         w.log[:0] = logs
         w.phases_dirty = w.run_dirty = True
-        for path, _, _ in agents:
+        for n, given in inputs.items():
+            w.inputs.setdefault(n, given)
+        for path, _, _, _ in agents:
             n = int(Path(path).parent.name)
             if n in live.agents:
                 w.agents.setdefault(n, live.agents[n])

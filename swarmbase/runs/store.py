@@ -247,10 +247,15 @@ class RunStore:
 
     # -- agents --------------------------------------------------------------------
     def create_agent(self, rec: AgentRecord, prompt: str, opts: JsonObject) -> None:
-        rec.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fsutil.write_atomic(rec.dir / "prompt.txt", prompt.encode(), durable=False)
-        fsutil.write_json(rec.dir / "opts.json", opts, durable=False)
+        self.write_agent_inputs(rec.dir, prompt, opts)
         fsutil.write_json(rec.dir / "agent.json", rec.to_json(), durable=False)
+
+    @staticmethod
+    def write_agent_inputs(agent_dir: Path, prompt: str, opts: JsonObject) -> None:
+        """An agent's dir with what it was asked (its record is written beside it)."""
+        agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fsutil.write_atomic(agent_dir / "prompt.txt", prompt.encode(), durable=False)
+        fsutil.write_json(agent_dir / "opts.json", opts, durable=False)
 
     def delete_work(self, run: Run) -> None:
         shutil.rmtree(self.work_dir(run), ignore_errors=True)
