@@ -5,7 +5,8 @@ Run as `python -m swarmbase.toolhost.read_host` under the same launch spec a rea
 file is never opened with the daemon's privileges: the kernel refuses what the identity
 may not read, and the profile's path rules (engines/read_tools.PathRules) refuse the rest.
 
-JSON lines on stdin/stdout. The first line is `{"rules": {...}, "cwd": "..."}`; each later
+JSON lines on stdin/stdout. The first line is `{"rules": {...}, "cwd": "...", "tools": [...]}`
+(`tools`: the names offered to the model; others are refused as unknown); each later
 line is one tool call `{"id", "name", "input"}` and gets one answer
 `{"id", "content", "is_error"}`, in order. EOF on stdin ends the host.
 """
@@ -24,6 +25,7 @@ from ..engines.read_tools import PathRules
 
 SKIP_DIRS = {".git", ".hg", ".svn", "node_modules", "__pycache__"}
 GREP_FILE_MAX = 16 * 1024 * 1024  # bytes; larger files are skipped, as a search would stall on them
+RESULT_MAX = 100_000              # characters of one result (~25,000 tokens, the CLI's Read limit)
 TYPES = {"py": ("*.py", "*.pyi"), "js": ("*.js", "*.mjs", "*.cjs", "*.jsx"), "ts": ("*.ts", "*.tsx"),
          "rust": ("*.rs",), "go": ("*.go",), "java": ("*.java",), "c": ("*.c", "*.h"),
          "cpp": ("*.cpp", "*.cc", "*.hpp", "*.h"), "md": ("*.md",), "json": ("*.json",),
@@ -35,9 +37,10 @@ class ToolError(Exception):
 
 
 class Tools:
-    def __init__(self, rules: PathRules, cwd: str) -> None:
+    def __init__(self, rules: PathRules, cwd: str, offered: frozenset[str] = read_tools.TOOL_NAMES) -> None:
         self.rules = rules
         self.cwd = cwd
+        self.offered = offered
 
     def _path(self, value: Any, *, default_cwd: bool = False) -> str:
         if value is None and default_cwd:
@@ -61,7 +64,12 @@ class Tools:
             raise ToolError(f"File does not exist. Current working directory: {self.cwd}") from None
         except OSError as e:
             raise ToolError(f"{e.strerror}: {path}") from None
-        return read_tools.read_text(data.decode("utf-8", "replace"), inp.get("offset"), inp.get("limit"))
+        out = read_tools.read_text(data.decode("utf-8", "replace"), inp.get("offset"), inp.get("limit"))
+        if len(out) > RESULT_MAX:
+            raise ToolError(f"File content (~{len(out) // 4} tokens) exceeds maximum allowed tokens "
+                            f"({RESULT_MAX // 4}). Please use offset and limit parameters to read specific "
+                            "portions of the file, or use the Grep tool to search for specific content.")
+        return out
 
     def _walk(self, top: str) -> Iterator[str]:
         if os.path.isfile(top):
@@ -135,11 +143,14 @@ class Tools:
 
     def call(self, name: str, inp: dict[str, Any]) -> str:
         table: dict[str, Callable[[dict[str, Any]], str]] = {"Read": self.read, "Grep": self.grep, "Glob": self.glob}
-        if name not in table:
+        if name not in table or name not in self.offered:
             raise ToolError(f"No such tool available: {name}")
         if not isinstance(inp, dict):
             raise ToolError("tool input must be an object")
-        return table[name](inp)
+        out = table[name](inp)
+        if len(out) > RESULT_MAX:        # a search's results: cut, and said so
+            out = out[:RESULT_MAX] + "\n(Results are truncated. Consider using a more specific path or pattern.)"
+        return out
 
 
 def mtime(path: str) -> float:
@@ -212,7 +223,8 @@ def serve(inp: IO[str], out: IO[str]) -> None:
     if not first:
         return
     setup = json.loads(first)
-    tools = Tools(PathRules.from_json(setup["rules"]), setup["cwd"])
+    tools = Tools(PathRules.from_json(setup["rules"]), setup["cwd"],
+                  frozenset(setup.get("tools", read_tools.TOOL_NAMES)))
     for line in inp:
         if not line.strip():
             continue
