@@ -20,6 +20,7 @@ from .think_daemon import CANARY, requests_for
 from .test_think_inproc import api, transcript  # noqa: F401  (the fake API fixture)
 
 HOST = "swarmbase.toolhost.read_host"
+REVIEWER = "---\nname: reviewer\ndescription: Reviews\ntools: Read, Grep\n---\nYou are the REVIEWER-BODY-4410 agent.\n"
 
 
 def project(root: Path) -> Path:
@@ -29,6 +30,8 @@ def project(root: Path) -> Path:
     (proj / "sub" / "b.py").write_text("def f():\n    return 'needle'\n")
     (proj / ".env").write_text(f"KEY={CANARY}\n")
     (root / "outside.txt").write_text("outside the project\n")
+    (proj / ".claude" / "agents").mkdir(parents=True, exist_ok=True)
+    (proj / ".claude" / "agents" / "reviewer.md").write_text(REVIEWER)
     return proj
 
 
@@ -42,7 +45,8 @@ async def read_daemon(nursery: trio.Nursery, root: Path, url: str, *, in_process
     key_file.chmod(0o600)
     engines = {"claude": {"bin": str(CLAUDE), "baseUrl": url, "inProcessRead": in_process, **claude}}
     path, tokens = write_config(state, callers=["alice"], engines=engines, perRunConcurrency=8, caller_extra={
-        "apiKeyFile": str(key_file), "maxProfile": "read", "cwdRoots": [str(root / "proj")]})
+        "apiKeyFile": str(key_file), "maxProfile": "read", "cwdRoots": [str(root / "proj")],
+        "projects": {"default": str(root / "proj")}})
     env = Env(state=state, tokens=tokens, cfg=config.load(path))
     await start_daemon(nursery, env)
     return env
@@ -81,13 +85,15 @@ async def test_read_agents_run_their_tools_in_a_host(tmp_path: Path, nursery: tr
     }
     script = f"""
 const P = {json.dumps(prompts)};
-const [tools, denied, loop, nogrep] = await parallel([
+const [tools, denied, loop, nogrep, typed, capped] = await parallel([
   () => agent(P.tools, {{ cwd: {json.dumps(p)}, label: "tools" }}),
   () => agent(P.denied, {{ cwd: {json.dumps(p)} }}),
   () => agent(P.loop, {{ cwd: {json.dumps(p)}, detail: true }}),
   () => agent(P.nogrep, {{ cwd: {json.dumps(p)}, disallowedTools: ["Grep"] }}),
+  () => agent("[[text:looks right]] review-4410", {{ agentType: "reviewer" }}),
+  () => agent("[[drip:400]]", {{ detail: true, maxUsd: 0.02 }}),
 ]);
-return {{ tools, denied, loop, nogrep }};
+return {{ tools, denied, loop, nogrep, typed, capped }};
 """
     run = await run_to_end(env, script, timeout=120)            # the default profile: read
     assert run.status == "completed", run.error
@@ -122,6 +128,15 @@ return {{ tools, denied, loop, nogrep }};
     nogrep = [r for r in api.requests if r["prompt"] == prompts["nogrep"]]
     assert [t["name"] for t in nogrep[0]["body"]["tools"]] == ["Read", "Glob"]
     assert res["nogrep"].startswith("tool said: ERR") and "No such tool available: Grep" in res["nogrep"]
+    # A project agent type: its body is the system prompt (before the read agent's note), its tools offered.
+    typed = [r["body"] for r in api.requests if "review-4410" in r["prompt"]]
+    assert res["typed"] == "looks right" and len(typed) == 1
+    system = [b["text"] for b in typed[0]["system"]]
+    assert system[0].startswith("You are the REVIEWER-BODY-4410 agent.") and "the Read and Grep tools" in system[0]
+    assert [t["name"] for t in typed[0]["tools"]] == ["Read", "Grep"]
+    # The budget is checked as the reply streams: stopped at the cap, charged what streamed.
+    assert res["capped"]["ok"] is False and "maxUsd" in res["capped"]["error"]
+    assert api.drip_sent < 400 and agent_json(env, run, 6)["estimated"] is True
     assert hosts() == []                                         # every host ended with its agent
     for f in env.state.rglob("*"):
         if f.is_file():

@@ -47,9 +47,16 @@ from .verdict import Verdict
 
 HOST_MODULE = "swarmbase.toolhost.read_host"
 ANSWER_MAX = 8 * 1024 * 1024       # bytes of one answer line; the host cuts results well below
-SYSTEM = ("You are an agent for a workflow script. You may read files with the Read, Grep and Glob tools; "
-          "you cannot change anything. File paths given to the tools must be absolute. Your working "
-          "directory is {cwd}.")
+SYSTEM = ("You are an agent for a workflow script. You may read files with the {tools}; you cannot "
+          "change anything. File paths given to the tools must be absolute. Your working directory is {cwd}.")
+
+
+def system_prompt(job: AgentJob, names: list[str]) -> str:
+    """The read agent's note (its tools, its cwd), after a project agent type's body."""
+    tools = "no tools" if not names else (f"{names[0]} tool" if len(names) == 1 else
+                                          ", ".join(names[:-1]) + f" and {names[-1]} tools")
+    note = SYSTEM.format(tools=tools, cwd=job.cwd)
+    return f"{job.system_prompt}\n\n{note}" if job.system_prompt else note
 
 
 @functools.cache
@@ -91,7 +98,6 @@ class HostTools:
         self._proc: Child | None = None
         self._lines: LineReader | None = None
         self._broken: str | None = None
-        self.calls = 0
 
     async def _start(self) -> Child:
         if self._proc is None:
@@ -105,7 +111,6 @@ class HostTools:
 
     async def answer(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The calls sent at once (the model's parallel calls), answered in order."""
-        self.calls += len(calls)
         answers: dict[str, dict[str, Any]] = {}
         if self._broken is None:
             try:
@@ -163,9 +168,9 @@ class ClaudeRead(ClaudeThink):
         rules = read_tools.read_rules(job.cwd, str(self.cfg.state_dir), self.user_home, job.secret_files)
         async with AsyncExitStack() as stack:
             schemas = offered(job.disallowed_tools)
-            setup = {"rules": rules.to_json(), "cwd": job.cwd, "tools": [t["name"] for t in schemas]}
+            names = [t["name"] for t in schemas]
+            setup = {"rules": rules.to_json(), "cwd": job.cwd, "tools": names}
             tools = HostTools(self.opener, host_spec(job, self.cfg), setup, schemas, stack)
-            system = job.system_prompt + "\n\n" + SYSTEM.format(cwd=job.cwd) if job.system_prompt \
-                else SYSTEM.format(cwd=job.cwd)
+            system = system_prompt(job, names)
             return await self.converse(job, io, Conversation(tools=tools, system=system, max_turns=engine.readMaxTurns,
                                                              max_turns_error=True))

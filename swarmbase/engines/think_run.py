@@ -121,7 +121,6 @@ class Conversation:
     system: str | None = None
     max_turns: int = tm.MAX_TURNS
     max_turns_error: bool = False
-    init: dict[str, Any] = attrs.Factory(dict)      # extra fields for the transcript's init line
 
 
 class ClaudeThink(InDaemon):
@@ -143,7 +142,7 @@ class ClaudeThink(InDaemon):
         offered = conv.tools.schemas
         tools = [t["name"] for t in offered] + ([tm.TOOL_NAME] if job.schema is not None else [])
         emit({"type": "system", "subtype": "init", "model": model, "tools": tools, "cwd": job.cwd,
-              "inProcess": True, **conv.init})
+              "inProcess": True})
         headers = tm.headers(job.api_key, engine.baseUrl, job.run_id, job.n, job.label, job.effort)
         history: list[dict[str, Any]] = []
         enforced, requests = False, 0
