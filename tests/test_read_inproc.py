@@ -65,7 +65,7 @@ def hosts() -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if cmd[1:5] == [b"-I", b"-B", b"-m", HOST.encode()]:
+        if cmd[1:5] == [b"-I", b"-S", b"-B", b"-c"] and HOST.encode() in cmd[5]:
             out.append(int(pid))
     return out
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Iterable
-
-import attrs
+from typing import Any, Iterable, NamedTuple
 
 READ_DEFAULT_LIMIT = 2000      # lines, as the CLI's Read
 READ_LINE_MAX = 2000           # characters per line before it is cut
@@ -88,11 +86,11 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(prefix + body + r"\Z", re.DOTALL)
 
 
-@attrs.frozen
-class PathRules:
+class PathRules(NamedTuple):
     """Which paths a read agent may open: under one of `roots`, and no `deny` glob matching
     either the path as given or where its symlinks lead (a link in the work dir must not
-    reach a credential)."""
+    reach a credential). A NamedTuple, not attrs: the tool host imports this module in
+    every sandbox, and attrs alone was a third of its start (~25 ms CPU)."""
     roots: tuple[str, ...]
     deny: tuple[str, ...] = ()
 
