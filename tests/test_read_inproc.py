@@ -208,3 +208,27 @@ async def test_resume_replays_across_the_read_paths(tmp_path: Path, api: FakeAnt
     assert spawned == 2 and asked == 2
     _, spawned, asked = await one(True, cli)
     assert asked == 0
+
+
+async def test_a_refused_host_fails_the_agent_saying_why(tmp_path: Path, nursery: trio.Nursery,
+                                                         api: FakeAnthropic) -> None:  # noqa: F811
+    """The host's launch is checked as a CLI's is: a cwd swapped for a link while the agent
+    waited on the model is refused, and the agent fails with the reason."""
+    proj = project(tmp_path)
+    env = await read_daemon(nursery, tmp_path, api.url)
+    prompt = "[[gate]] " + calls(("Read", {"file_path": f"{proj}/a.py"}))
+    sup = env.services.supervisor
+    run = sup.start(env.cfg.caller("alice"), {"script": f"return await agent({json.dumps(prompt)}, "
+                                                        f"{{cwd: {json.dumps(str(proj))}}});"})
+    with trio.fail_after(60):
+        while not api.requests:
+            await trio.sleep(0.05)
+    proj.rename(tmp_path / "proj-real")
+    proj.symlink_to(tmp_path / "proj-real")
+    api.gate.set()
+    with trio.fail_after(60):
+        await sup.live[run.id].finished.wait()
+    a = agent_json(env, run, 1)
+    assert a["state"] == "failed"
+    assert "could not start the read agent's tool host" in a["error"] and "changed between" in a["error"]
+    assert len(api.requests) == 1 and hosts() == []

@@ -91,6 +91,12 @@ def offered(disallowed: tuple[str, ...]) -> list[dict[str, Any]]:
     return [t for t in read_tools.TOOL_SCHEMAS if t["name"] not in disallowed]
 
 
+class HostRefused(Exception):
+    """The tool host could not be started (the launch-time checks refused it, or the
+    interpreter is missing): the agent fails saying why, as a CLI agent whose process could
+    not start does, rather than the model being told its tools broke."""
+
+
 class HostTools:
     """A Toolbox whose calls go to one agent's tool host, started at the first call and
     stopped (its group killed) when `stack` closes."""
@@ -108,9 +114,12 @@ class HostTools:
 
     async def _start(self) -> Child:
         if self._proc is None:
-            proc = await self.stack.enter_async_context(
-                self.opener.open(self.spec, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, grace=0.2))
+            try:
+                proc = await self.stack.enter_async_context(
+                    self.opener.open(self.spec, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, grace=0.2))
+            except OSError as e:         # LaunchRefused is a PermissionError
+                raise HostRefused(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")) from None
             assert proc.stdin is not None and proc.stdout is not None
             self._proc, self._lines = proc, LineReader(proc.stdout, max_line=ANSWER_MAX)
             await proc.stdin.send_all(json.dumps(self.setup).encode() + b"\n")
@@ -179,5 +188,10 @@ class ClaudeRead(ClaudeThink):
             setup = {"rules": rules.to_json(), "cwd": job.cwd, "tools": names}
             tools = HostTools(self.opener, host_spec(job, self.cfg), setup, schemas, stack)
             system = system_prompt(job, names)
-            return await self.converse(job, io, Conversation(tools=tools, system=system, max_turns=engine.readMaxTurns,
-                                                             max_turns_error=True))
+            try:
+                return await self.converse(job, io, Conversation(tools=tools, system=system,
+                                                                 max_turns=engine.readMaxTurns, max_turns_error=True))
+            except HostRefused as e:
+                u = io.usage
+                return Verdict(ok=False, error=f"could not start the read agent's tool host: {e}",
+                               cost_usd=u.cost_usd, tokens=u.tokens, tokens_exact=u.exact or u.responses == 0)
