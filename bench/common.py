@@ -64,6 +64,11 @@ def write_config(state: Path, extra: dict[str, Any] | None = None, caller: dict[
     cfg = {"port": 0, "callers": [{"name": "bench", "tokenSha256": hashlib.sha256(token.encode()).hexdigest(),
                                    "maxActiveRuns": 1000, "runUsdMax": 1000, "apiKeyFile": str(state / "bench.key"),
                                    "maxProfile": "write", **(caller or {})}], **(extra or {})}
+    claude = (cfg.get("engines") or {}).get("claude")
+    if isinstance(claude, dict):
+        # These benches measure the CLI path of read agents; bench/peer_workflow.py's default
+        # cases measure read agents inside the daemon (the default) and say so.
+        claude.setdefault("inProcessRead", False)
     (state / "config.json").write_text(json.dumps(cfg))
     return token
 

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 import trio
 
+from bench.peer_fsyncs import counting
 from bench.tree_cgroup import TreeCgroup, TreeSampler, machine_busy_s, proc_cpu
 from tests.peer.counted_model import CountedModel
 
@@ -34,6 +35,7 @@ class Figures:
     problem: str | None = None      # the run did not end as the case expects
     agent_life_s: float | None = None   # SwarmBase: median agent record duration (start → end)
     replayed: int | None = None     # SwarmBase: agents replayed from the journal
+    fsyncs: int | None = None       # fsync + fdatasync calls in the side's cgroup (None: perf unavailable)
 
     @property
     def runner_s(self) -> float:
@@ -65,23 +67,25 @@ async def measure(trees: tuple[TreeCgroup, ...], tree: TreeCgroup, model: Counte
                   daemon_pid: int | None = None) -> tuple[Any, Figures]:
     """Runs `work` and measures `tree` (one of `trees`, every side's) meanwhile."""
     sampler = TreeSampler(tree, interval=sample_s)
-    req0, own0 = model.kinds(), process_cpu_s(daemon_pid)
-    cpu0 = [t.cpu_s() for t in trees]
-    busy0, load0 = _machine()
-    bench0, t0 = time.process_time(), time.perf_counter()
-    async with trio.open_nursery() as n:
-        await n.start(sampler.run)
-        result = await work()
-        n.cancel_scope.cancel()
-    await sampler.sample_now()
-    wall = time.perf_counter() - t0
-    bench = time.process_time() - bench0
-    busy1, load1 = _machine()
-    cpu = [t.cpu_s() - c for t, c in zip(trees, cpu0, strict=True)]
-    own1 = process_cpu_s(daemon_pid)
-    req = {k: v - req0[k] for k, v in model.kinds().items()}
+    async with counting(tree.path) as fsyncs:
+        req0, own0 = model.kinds(), process_cpu_s(daemon_pid)
+        cpu0 = [t.cpu_s() for t in trees]
+        busy0, load0 = _machine()
+        bench0, t0 = time.process_time(), time.perf_counter()
+        async with trio.open_nursery() as n:
+            await n.start(sampler.run)
+            result = await work()
+            n.cancel_scope.cancel()
+        await sampler.sample_now()
+        # Read before perf is stopped: its exit is not the run's.
+        wall = time.perf_counter() - t0
+        bench = time.process_time() - bench0
+        busy1, load1 = _machine()
+        cpu = [t.cpu_s() - c for t, c in zip(trees, cpu0, strict=True)]
+        own1 = process_cpu_s(daemon_pid)
+        req = {k: v - req0[k] for k, v in model.kinds().items()}
     others = max(0.0, busy1 - busy0 - sum(cpu) - bench)
     return result, Figures(
         wall_s=wall, cpu_s=cpu[trees.index(tree)], pss_mb=sampler.peak_kb / 1024, requests=req,
         by_name=dict(sampler.cpu_by_name()), own_s=None if own0 is None or own1 is None else own1 - own0,
-        others_cores=others / wall, load1=max(load0, load1), bench_s=bench)
+        others_cores=others / wall, load1=max(load0, load1), bench_s=bench, fsyncs=fsyncs())

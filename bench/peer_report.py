@@ -21,8 +21,9 @@ def line(f: Figures) -> str:
     own = f"  daemon {f.own_s:.2f} s, runner {f.runner_s:.2f} s" if f.own_s is not None else ""
     life = f"  agent life {f.agent_life_s:.2f} s" if f.agent_life_s is not None else ""
     replayed = f"  replayed {f.replayed}" if f.replayed else ""
+    fsyncs = f"  fsyncs {f.fsyncs}" if f.fsyncs is not None else ""
     out = (f"wall {f.wall_s:7.2f} s  CPU {f.cpu_s:7.2f} s  PSS {f.pss_mb:6.0f} MB  requests {r['total']} "
-           f"(main {r['main']}, agents {r['agents']}, other {r['other']}){own}{life}{replayed}  "
+           f"(main {r['main']}, agents {r['agents']}, other {r['other']}){fsyncs}{own}{life}{replayed}  "
            f"others {f.others_cores:.2f} cores, load {f.load1:.1f}")
     return out + (f"  PROBLEM: {f.problem}" if f.problem else "")
 
@@ -41,6 +42,7 @@ WALL: Callable[[Figures], float] = lambda x: x.wall_s          # noqa: E731
 CPU: Callable[[Figures], float] = lambda x: x.cpu_s            # noqa: E731
 PSS: Callable[[Figures], float] = lambda x: x.pss_mb           # noqa: E731
 REQUESTS: Callable[[Figures], float] = lambda x: x.requests["total"]  # noqa: E731
+FSYNCS: Callable[[Figures], float | None] = lambda x: x.fsyncs          # noqa: E731
 
 
 def _cell(figs: list[Figures] | None) -> str:
@@ -68,8 +70,12 @@ def per_agent(runs: Runs, cases: Sequence[Any]) -> None:
     for case in cases:
         if case.agents and not case.resumes and (case.name, "claude-code") in runs:
             s, c = (med(runs.get((case.name, side)), CPU) for side in SIDES)
+            rs, rc = (med(runs.get((case.name, side)), REQUESTS) for side in SIDES)
+            fs, fc = (med(runs.get((case.name, side)), FSYNCS) for side in SIDES)
             print(f"- {case.name}: SwarmBase {s / case.agents:.3f} CPU-s, Claude Code {c / case.agents:.3f} CPU-s "
-                  f"({ratio(s, c)})")
+                  f"({ratio(s, c)}); requests per agent SwarmBase {rs / case.agents:.2f}, Claude Code "
+                  f"{rc / case.agents:.2f} (all requests of the run, the peer's main session included); "
+                  f"fsyncs per agent SwarmBase {fs / case.agents:.2f}, Claude Code {fc / case.agents:.2f}")
     if all((name, side) in runs for name in ("fanout-40", "fanout-200") for side in SIDES):
         def marginal(side: str, get: Callable[[Figures], float]) -> float:
             return (med(runs[("fanout-200", side)], get) - med(runs[("fanout-40", side)], get)) / 160
@@ -95,7 +101,7 @@ def daemon_share(runs: Runs, cases: Sequence[Any], concurrency: int) -> None:
         life = med(figs, lambda x: x.agent_life_s)
         slot = med(figs, WALL) * concurrency / n
         life_s = "" if math.isnan(life) else f"; an agent's life {life:.2f} s, a slot's time per agent {slot:.2f} s"
-        print(f"- {case.name} ({case.profile}): daemon {own / n * 1000:.1f} ms, script runners "
+        print(f"- {case.name} ({case.profile or 'default profile'}): daemon {own / n * 1000:.1f} ms, script runners "
               f"{runner / n * 1000:.1f} ms, CLIs with their sandboxes {clis / n * 1000:.0f} ms: the daemon is "
               f"{share} of the CLIs{life_s}")
 

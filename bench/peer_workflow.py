@@ -18,8 +18,13 @@ Messages API on loopback (tests/peer/: the conformance suite's peer-driving code
 
 Cases: a trivial script (no agents: the fixed cost), 40 and 200 no-op agents in one
 parallel(), a pipeline of 10 items × 3 agent stages, the resume of the round's completed
-200-agent run (unchanged script: every agent replays), and on SwarmBase alone a 40-agent
-fan-out with the `read` profile (agents with tools: the daemon's own CPU per agent, issue
+200-agent run (unchanged script: every agent replays), the case residents meet (issue 33
+item 5: `default-40`, `default-200`): the script gives no profile, so each side's agent is
+its default tool agent (SwarmBase's `read` profile, run inside the daemon with its tool
+host as configured by default; Claude Code's general-purpose subagent), and each agent
+makes one Read of the same file in the shared project; and on SwarmBase alone a 40-agent
+fan-out with the `read` profile on a second daemon whose read agents are `claude -p`
+(`inProcessRead: false`, in a cgroup of its own: the daemon's own CPU per CLI agent, issue
 23 item 3) and the resume of a completed 1,000-agent run (made once, before the rounds:
 ~1,000 CLI starts, the longest part of the bench; `--no-thousand` skips it).
 
@@ -43,7 +48,9 @@ What is measured for each run (bench/tree_cgroup.py):
 - load: what the rest of the machine used meanwhile, in cores (all CPUs' busy time less
   both trees and the bench process itself, over the wall time), and the 1-minute loadavg.
 The bench process (the fake model, the sampler, the MCPL client) is in neither tree; its
-own CPU is printed at the end. Prints figures; asserts nothing.
+own CPU is printed at the end. Requests and fsyncs per agent are printed per case (fsyncs:
+fsync + fdatasync calls in the side's cgroup, counted in the kernel by `perf stat`,
+bench/peer_fsyncs.py). Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -77,6 +84,9 @@ META = "export const meta = { name: 'peer-bench', description: 'a peer bench scr
 TRIVIAL = META + "return 'done';\n"
 FANOUT = META + ("const r = await parallel(Array.from({length: args.n}, (_, i) => () => agent(`no-op ${i}`)));\n"
                  "return r.filter((x) => x !== null).length;\n")
+READS = META + ("const r = await parallel(Array.from({length: args.n}, (_, i) => () =>\n"
+                "  agent(`read ${i} [[readfile:${args.file}]]`)));\nreturn r.filter((x) => x !== null).length;\n")
+READ_FILE = "notes.txt"            # in the project both sides' agents run in
 PIPELINE = META + ("const r = await pipeline(Array.from({length: args.items}, (_, i) => `item ${i}`),\n"
                    "  (x) => agent(`find ${x}`), (f) => agent(`check ${f}`), (c) => agent(`report ${c}`));\n"
                    "return r.filter((x) => x !== null).length;\n")
@@ -90,7 +100,8 @@ class Case:
     expect: Any                     # what the script returns when every agent answered
     resumes: str | None = None      # resumes the completed run of this case (same round; "thousand": the one)
     peer: bool = True               # also run on Claude Code
-    profile: str = "think"          # SwarmBase's run profile
+    profile: str | None = "think"   # SwarmBase's run profile (None: the default, as the script gives none)
+    cli_read: bool = False          # on the daemon whose read agents are `claude -p`
 
 
 def fanout(n: int) -> dict[str, Any]:
@@ -103,7 +114,9 @@ CASES = [
     Case("fanout-200", fanout(200), 200, 200),
     Case("pipeline-10x3", {"script": PIPELINE, "args": {"items": 10}}, 30, 10),
     Case("resume-200", fanout(200), 200, 200, resumes="fanout-200"),
-    Case("read-40", fanout(40), 40, 40, peer=False, profile="read"),
+    Case("default-40", {"script": READS, "args": {"n": 40}}, 40, 40, profile=None),
+    Case("default-200", {"script": READS, "args": {"n": 200}}, 200, 200, profile=None),
+    Case("read-40", fanout(40), 40, 40, peer=False, profile="read", cli_read=True),
     Case("resume-1000", fanout(1000), 1000, 1000, resumes="thousand", peer=False),
 ]
 THOUSAND = Case("fanout-1000", fanout(1000), 1000, 1000, peer=False)
@@ -114,12 +127,22 @@ class Bench:
     model: CountedModel
     peer: ClaudeCodePeer
     sb: SwarmBaseDaemon
-    trees: tuple[TreeCgroup, TreeCgroup]        # (peer's, SwarmBase's)
+    sb_cli: SwarmBaseDaemon                     # read agents as `claude -p` (inProcessRead: false)
+    trees: tuple[TreeCgroup, TreeCgroup, TreeCgroup]        # (peer's, SwarmBase's, the CLI-read daemon's)
+    file: str                                   # what the default cases' agents Read
     sample_s: float
     figures: dict[tuple[str, str], list[Figures]] = attrs.Factory(dict)    # (case, side) -> per round
 
+    def call_for(self, case: Case, side: str) -> dict[str, Any]:
+        """The case's Workflow call (with the file to Read, for the default cases)."""
+        call = {**case.call, **({"args": {**case.call["args"], "file": self.file}} if case.call is not None
+                                and case.call.get("script") == READS else {})}
+        if side == "swarmbase" and case.profile is not None:
+            call["profile"] = case.profile
+        return call
+
     async def on_peer(self, case: Case, source: Any) -> tuple[Any, Figures]:
-        call, session = dict(case.call), None
+        call, session = self.call_for(case, "claude-code"), None
         if case.resumes:
             call["resumeFromRunId"], session = source.run_id, source.session_id
 
@@ -134,12 +157,13 @@ class Bench:
         return run, attrs.evolve(fig, problem=_problem(run, case))
 
     async def on_swarmbase(self, case: Case, source: Any) -> tuple[Any, Figures]:
-        call = {**case.call, "profile": case.profile}
+        call = self.call_for(case, "swarmbase")
         if case.resumes:
             call["resumeFromRunId"] = source.run_id
-        run, fig = await measure(self.trees, self.trees[1], self.model,
-                                 lambda: self.sb.run(call, timeout=RUN_TIMEOUT_S), sample_s=self.sample_s,
-                                 daemon_pid=self.sb.pid)
+        sb, tree = (self.sb_cli, self.trees[2]) if case.cli_read else (self.sb, self.trees[1])
+        run, fig = await measure(self.trees, tree, self.model,
+                                 lambda: sb.run(call, timeout=RUN_TIMEOUT_S), sample_s=self.sample_s,
+                                 daemon_pid=sb.pid)
         rows = [a for ph in run.phases for a in ph.get("agents", [])]
         lives = [a["durationS"] for a in rows if a.get("durationS") is not None and not a["replayed"]]
         return run, attrs.evolve(fig, problem=_problem(run, case),
@@ -181,7 +205,7 @@ async def main(args: argparse.Namespace) -> None:
         raise SystemExit("the Claude Code CLI is not under tests/.tools: run bash tests/install.sh")
     TreeCgroup.sweep_stale()
     try:
-        trees = (TreeCgroup.create("claude-code"), TreeCgroup.create("swarmbase"))
+        trees = (TreeCgroup.create("claude-code"), TreeCgroup.create("swarmbase"), TreeCgroup.create("swarmbase-cli"))
     except CgroupUnavailable as e:
         raise SystemExit(f"no cgroup for the process trees: {e}") from None
     wanted = set(args.cases.split(",")) if args.cases else None
@@ -194,16 +218,25 @@ async def main(args: argparse.Namespace) -> None:
     try:
         async with trio.open_nursery() as n, AsyncExitStack() as stack:
             model = await n.start(CountedModel().serve)
+            # The project both sides' agents run in (SwarmBase's caller's default project, the
+            # peer's cwd), holding the file the default cases Read.
+            project = base / "roots" / "project"
+            project.mkdir(parents=True)
+            project.chmod(0o755)
+            (project / READ_FILE).write_text("".join(f"line {i}: some notes to read\n" for i in range(40)))
             t0 = time.perf_counter()
             sb = await stack.enter_async_context(swarmbase_daemon(
-                base, model.url, launcher=trees[1].launcher(), perRunConcurrency=CONCURRENCY))
+                base, model.url, launcher=trees[1].launcher(), perRunConcurrency=CONCURRENCY, project=project,
+                in_process_read=True))
             # (Not through measure(): the daemon's context must outlive any nursery opened here.)
             pss = (await trio.to_thread.run_sync(trees[1].sample))[0] / 1024
             print(f"daemon start (once, to its first MCPL handshake): wall {time.perf_counter() - t0:.2f} s, "
                   f"CPU {trees[1].cpu_s():.2f} s, PSS {pss:.0f} MB", flush=True)
-            peer = ClaudeCodePeer(model, base / "peer-home", base / "peer-project", max_concurrent=CONCURRENCY,
+            sb_cli = await stack.enter_async_context(swarmbase_daemon(
+                base / "cli", model.url, launcher=trees[2].launcher(), perRunConcurrency=CONCURRENCY))
+            peer = ClaudeCodePeer(model, base / "peer-home", project, max_concurrent=CONCURRENCY,
                                   launcher=trees[0].launcher())
-            b = Bench(model, peer, sb, trees, args.sample_ms / 1000)
+            b = Bench(model, peer, sb, sb_cli, trees, file=str(project / READ_FILE), sample_s=args.sample_ms / 1000)
             thousand = None
             if any(c.resumes == "thousand" for c in cases):
                 thousand, fig = await b.on_swarmbase(THOUSAND, None)

@@ -38,6 +38,11 @@ class ClaudeEngine:
     # think agents as one Messages API request made by the daemon (engines/think_run.py);
     # false: a `claude -p` each, e.g. for a subscription login the daemon cannot use.
     inProcessThink: bool = _f("inProcessThink", True)
+    # read agents as the daemon's own model loop with Read/Grep/Glob run by a tool host in
+    # the agent's sandbox (engines/read_run.py); false: a `claude -p` each (WebFetch and
+    # WebSearch included). Write agents always run the CLI.
+    inProcessRead: bool = _f("inProcessRead", True)
+    readMaxTurns: int = _f("readMaxTurns", 100, lo=1, hi=10_000)   # model requests per in-daemon read agent
 
 
 @attrs.frozen

@@ -36,10 +36,11 @@ from .engines.key_door import KeyDoor
 from .engines.meter import Meter
 from .engines.think_codex import CodexThink
 from .engines.think_route import ThinkRouter
+from .engines.read_run import ClaudeRead
 from .engines.think_run import ClaudeThink, InDaemon
 from .lag import LagProbe
 from .launch.local import LocalLauncher
-from .launch.spec import Launcher, Placements
+from .launch.spec import Launcher, Placements, ProcessOpener
 from .mcpl.refusals import token_sha256
 from .mcpl.session import CLOSE_GOING_AWAY, Hub, Session, caller_for_token
 from .metrics import Metrics, register_metrics
@@ -116,7 +117,7 @@ def build_services(cfg: Config, agents: AgentService | None = None,
         from .launch.ray import RayLauncher     # imports Ray itself only when it connects
         ray = others["ray"] = RayLauncher(cfg, launcher.user_for)
     runs: dict[str, Run] = {}                    # the registry: the Supervisor's, read by the deny list
-    engines, meter, key_door = build_engines(cfg, env.redact, env.store, runs)
+    engines, meter, key_door = build_engines(cfg, env.redact, env.store, runs, launcher)
     if agents is None:
         agents = Agents(env, engines, Placements(launcher, **others))
     runners = Runners(cfg, launcher, limits)
@@ -125,21 +126,26 @@ def build_services(cfg: Config, agents: AgentService | None = None,
     env.observers.add(metrics)
     progress = ProgressFeed(env.outbox, env.links.run, env.redact)
     env.observers.add(progress)
-    in_daemon: list[InDaemon] = [e.in_daemon for e in engines.values()
-                                 if isinstance(e, ThinkRouter) and isinstance(e.in_daemon, InDaemon)]
+    routers = [e for e in engines.values() if isinstance(e, ThinkRouter)]
+    in_daemon: list[InDaemon] = []
+    for r in [*(e.in_daemon for e in routers), *(e.reader for e in routers)]:
+        if isinstance(r, InDaemon):
+            in_daemon.append(r)
     return Services(cfg=cfg, env=env, launcher=launcher, supervisor=sup, runners=runners, hub=Hub(env.observers),
                     metrics=metrics, meter=meter, key_door=key_door, ray=ray, progress=progress, in_daemon=in_daemon)
 
 
-def build_engines(cfg: Config, redact: Redactor, store: RunStore,
-                  runs: Mapping[str, Run]) -> tuple[dict[str, Engine], Meter | None, KeyDoor | None]:
+def build_engines(cfg: Config, redact: Redactor, store: RunStore, runs: Mapping[str, Run],
+                  opener: ProcessOpener | None = None) -> tuple[dict[str, Engine], Meter | None, KeyDoor | None]:
     """The configured engines by name, the codex meter when codex is configured, and the
-    claude key door when claude is."""
+    claude key door when claude is. `opener` starts in-daemon read agents' tool hosts
+    (None: read agents run their CLI, as on a Ray node)."""
     engines: dict[str, Engine] = {}
     meter = key_door = None
     if cfg.engines.claude is not None:
         key_door = KeyDoor(redact=redact)
-        engines["claude"] = ThinkRouter(ClaudeEngine(cfg, key_door), ClaudeThink(cfg), cfg.engines.claude.inProcessThink)
+        engines["claude"] = ThinkRouter(ClaudeEngine(cfg, key_door), ClaudeThink(cfg), cfg.engines.claude.inProcessThink,
+                                        ClaudeRead(cfg, opener) if opener is not None else None)
     if cfg.engines.codex is not None:
         meter = Meter(redact=redact)
         engines["codex"] = ThinkRouter(CodexEngine(cfg, meter, deny=CodexDenyList(cfg, store, runs)), CodexThink(cfg),

@@ -121,7 +121,7 @@ def swap(services: Any, new: Config) -> None:
     services.env.use_config(new)            # the Supervisor, boot, flush, live runs read env.cfg
     if isinstance(sup.agents, Agents):
         engines = [e for r in sup.agents.engines.values()
-                   for e in ((r.cli, r.in_daemon) if isinstance(r, ThinkRouter) else (r,))]
+                   for e in ((r.cli, r.in_daemon, r.reader) if isinstance(r, ThinkRouter) else (r,))]
         for engine in engines:
             if isinstance(engine, (ClaudeEngine, CodexEngine, InDaemon)):
                 engine.cfg = new

@@ -118,11 +118,14 @@ def write_config(state: Path, callers: list[str] = ("alice", "bob"), caller_extr
         entries.append({"name": name, "tokenSha256": hashlib.sha256(tok.encode()).hexdigest(),
                         "maxActiveRuns": 3, "runUsdMax": 25, **(caller_extra or {})})
     cfg = {"port": 0, "callers": entries, **extra}
-    for engine in (cfg.get("engines") or {}).values():
-        # The suite's engine tests exercise the CLIs; think agents inside the daemon (the
-        # default) are tests/test_think_inproc.py's, which say inProcessThink: true.
+    for name, engine in (cfg.get("engines") or {}).items():
+        # The suite's engine tests exercise the CLIs; think and read agents inside the daemon
+        # (the defaults) are tests/test_think_inproc.py's and tests/test_read_inproc.py's,
+        # which say inProcessThink / inProcessRead: true.
         if isinstance(engine, dict):
             engine.setdefault("inProcessThink", False)
+            if name == "claude":
+                engine.setdefault("inProcessRead", False)
     path = state / "config.json"
     path.write_text(json.dumps(cfg))
     return path, tokens

@@ -62,7 +62,8 @@ async def start_daemon(tmp: Path, extra: dict[str, Any] | None = None) -> Daemon
     token = secrets.token_hex(24)
     # Without the sandbox: the fake agent waits on a gate file on the host.
     (state / "config.json").write_text(json.dumps({
-        "port": 0, "sandbox": "none", "engines": {"claude": {"bin": str(cli), "baseUrl": "http://127.0.0.1:9/gw", "inProcessThink": False}},
+        "port": 0, "sandbox": "none", "engines": {"claude": {"bin": str(cli), "baseUrl": "http://127.0.0.1:9/gw", "inProcessThink": False,
+                                                                    "inProcessRead": False}},
         "callers": [{"name": "alice", "tokenSha256": hashlib.sha256(token.encode()).hexdigest(),
                      "apiKeyFile": str(key), "runUsdMax": 100}], **(extra or {})}))
     env = dict(os.environ, SWARMBASE_CONFIG=str(state / "config.json"))

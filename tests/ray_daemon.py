@@ -61,7 +61,8 @@ def write_config(root: Path, cluster: RayCluster, *, labels: dict[str, str] | No
     token = secrets.token_hex(24)
     (state / "mcpl-alice.token").write_text(token)
     # realpath: a worktree's tests/.tools is a symlink, which the sandbox mounts only resolved
-    cfg = {"port": DAEMON_PORT, "engines": {"claude": {"bin": os.path.realpath(CLAUDE), "baseUrl": f"http://127.0.0.1:{API_PORT}", "inProcessThink": False}},
+    cfg = {"port": DAEMON_PORT, "engines": {"claude": {"bin": os.path.realpath(CLAUDE), "baseUrl": f"http://127.0.0.1:{API_PORT}",
+                                        "inProcessThink": False, "inProcessRead": False}},
            "callers": [{"name": "alice", "tokenSha256": hashlib.sha256(token.encode()).hexdigest(),
                         "apiKeyFile": str(state / "alice.key"), "cwdRoots": [str(shared)], "maxProfile": "write",
                         "runUsdMax": 25}],

@@ -25,6 +25,7 @@ the same rules as a CLI agent's.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -78,14 +79,17 @@ def headers(api_key: str, base_url: str | None, run_id: str, n: int, label: str,
 
 
 def body(model: str, prompt: str, schema: dict[str, Any] | None, effort: str | None,
-         history: list[dict[str, Any]], system: str | None = None) -> dict[str, Any]:
-    """`system`: a project agent type's body, the system prompt before the framing note."""
+         history: list[dict[str, Any]], system: str | None = None,
+         tools: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """`system`: a project agent type's body (or a read agent's prompt), the system prompt
+    before the framing note; `tools`: offered besides StructuredOutput (a read agent's)."""
     out: dict[str, Any] = {
         "model": model, "max_tokens": max_tokens(model), "stream": True,
         "system": [*([{"type": "text", "text": system}] if system else []),
                    {"type": "text", "text": framing.note(schema is not None)}],
         "messages": [{"role": "user", "content": prompt}, *history],
-        "tools": [{"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": schema}] if schema else [],
+        "tools": [*tools, *([{"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": schema}]
+                            if schema else [])],
     }
     if effort:
         out["output_config"] = {"effort": "max" if effort == "max" else effort}
@@ -187,6 +191,20 @@ class Next:
     schema_error: str | None = None
 
 
+def tool_calls(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The reply's calls of tools other than StructuredOutput, when it makes no
+    StructuredOutput call (that one ends or corrects the agent: `after`)."""
+    uses = [b for b in content if b.get("type") == "tool_use"]
+    if any(b.get("name") == TOOL_NAME for b in uses):
+        return []
+    return uses
+
+
+def last_text(content: list[dict[str, Any]]) -> str | None:
+    texts = [b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)]
+    return texts[-1] if texts else None
+
+
 def after(content: list[dict[str, Any]], schema: dict[str, Any] | None, enforced: bool) -> Next:
     texts = [b.get("text", "") for b in content if b.get("type") == "text" and isinstance(b.get("text"), str)]
     text = texts[-1] if texts else None
@@ -237,15 +255,18 @@ def usage_json(t: Tokens) -> dict[str, int]:
 
 
 def result_line(*, model: str, tokens: Tokens, cost: float, turns: int, text: str | None, structured: Any,
-                error: str | None, budget: bool, status: int | None, schema: bool) -> dict[str, Any]:
+                error: str | None, budget: bool, status: int | None, schema: bool,
+                max_turns: bool = False) -> dict[str, Any]:
     """The CLI's `result` event for what happened, for claude.judge and the transcript."""
+    subtype = "error_max_budget_usd" if budget else "error_max_turns" if max_turns else "success"
     out: dict[str, Any] = {
-        "type": "result", "subtype": "error_max_budget_usd" if budget else "success", "is_error": error is not None,
+        "type": "result", "subtype": subtype, "is_error": error is not None,
         "num_turns": turns, "total_cost_usd": cost, "usage": usage_json(tokens),
         "modelUsage": {model: {"inputTokens": tokens.input, "outputTokens": tokens.output,
                                "cacheReadInputTokens": tokens.cache_read,
                                "cacheCreationInputTokens": tokens.cache_write, "costUSD": cost}},
-        "terminal_reason": "budget_exhausted" if budget else ("api_error" if error else "completed"),
+        "terminal_reason": "budget_exhausted" if budget else "max_turns" if max_turns else (
+            "api_error" if error else "completed"),
         "inProcess": True}
     if error is not None:
         out["errors"] = [error]

@@ -1,6 +1,7 @@
 """Which path an agent takes: a think agent (no tools) of an engine whose
-`inProcessThink` is on runs inside the daemon (engines/think_run.py); every agent with
-tools, and every agent of an engine that opted out, runs its CLI. The journal key is
+`inProcessThink` is on runs inside the daemon (engines/think_run.py), and so does a claude
+read agent on this machine while `inProcessRead` is on (engines/read_run.py, its tools in a
+sandboxed host); write agents, and every agent of an engine that opted out, run the CLI. The journal key is
 built before this choice (runs/agents.py), from the call alone, so a resume replays
 across the two paths. Everything but `run` is the CLI engine's: the models, schema
 rules, token budget and prices an agent gets do not depend on the path."""
@@ -21,12 +22,19 @@ class AgentRunner(Protocol):
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict: ...
 
 
+class ReadRunner(AgentRunner, Protocol):
+    """An in-daemon path for some agents with tools: it says which (at each agent)."""
+    def takes(self, job: AgentJob, io: AgentIO) -> bool: ...
+
+
 @attrs.frozen
 class ThinkRouter:
-    """An Engine: `cli` for agents with tools, `in_daemon` for think agents when `enabled`."""
+    """An Engine: `in_daemon` for think agents when `enabled`, `reader` for the agents it
+    takes, `cli` for the rest."""
     cli: Engine
     in_daemon: AgentRunner
     enabled: bool
+    reader: ReadRunner | None = None
 
     @property
     def name(self) -> str:
@@ -62,4 +70,6 @@ class ThinkRouter:
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict:
         if self.runs_in_daemon(job):
             return await self.in_daemon.run(job, io)
+        if self.reader is not None and self.reader.takes(job, io):
+            return await self.reader.run(job, io)
         return await self.cli.run(job, io)

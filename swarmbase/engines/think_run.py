@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import httpx
@@ -93,11 +93,44 @@ class InDaemon:
             await http.aclose()
 
 
+class Toolbox(Protocol):
+    """The tools an in-daemon claude agent is offered besides StructuredOutput, and who
+    runs them: none for a think agent, Read/Grep/Glob in a tool host for a read agent
+    (engines/read_run.py)."""
+
+    @property
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+    async def answer(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One tool_result block per tool_use block in `calls`, in order."""
+
+
+class NoTools:
+    schemas: list[dict[str, Any]] = []
+
+    async def answer(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return []
+
+
+@attrs.frozen
+class Conversation:
+    """What differs between the in-daemon claude agents: the tools, the system prompt and
+    how many requests one turn may make (`max_turns_error`: whether running out of them
+    while the model still calls tools fails the agent, as the CLI's maxTurns does)."""
+    tools: Toolbox = NoTools()
+    system: str | None = None
+    max_turns: int = tm.MAX_TURNS
+    max_turns_error: bool = False
+
+
 class ClaudeThink(InDaemon):
     """A claude think agent as Messages API requests from the daemon."""
     name = "claude"
 
     async def run(self, job: AgentJob, io: AgentIO) -> Verdict:
+        return await self.converse(job, io, Conversation(system=job.system_prompt))
+
+    async def converse(self, job: AgentJob, io: AgentIO, conv: Conversation) -> Verdict:
         engine = self.cfg.engines.claude
         assert engine is not None
         model = tm.model_name(job.model)
@@ -106,7 +139,8 @@ class ClaudeThink(InDaemon):
         io.started({})
         state = claude.StreamState()
         emit = emitter(io, state.feed)
-        tools = [tm.TOOL_NAME] if job.schema is not None else []
+        offered = conv.tools.schemas
+        tools = [t["name"] for t in offered] + ([tm.TOOL_NAME] if job.schema is not None else [])
         emit({"type": "system", "subtype": "init", "model": model, "tools": tools, "cwd": job.cwd,
               "inProcess": True})
         headers = tm.headers(job.api_key, engine.baseUrl, job.run_id, job.n, job.label, job.effort)
@@ -116,10 +150,11 @@ class ClaudeThink(InDaemon):
         structured: Any = None
         error: str | None = None
         status: int | None = None
-        budget = False
-        while requests < tm.MAX_TURNS:
+        budget = tool_turn = False
+        while requests < conv.max_turns:
             requests += 1
-            body = json.dumps(tm.body(model, job.prompt, job.schema, job.effort, history, job.system_prompt)).encode()
+            body = json.dumps(tm.body(model, job.prompt, job.schema, job.effort, history, conv.system,
+                                      offered)).encode()
             reply, out, cap = await self._request(job, io, turn, headers, body, emit)
             if reply.started:
                 turn.responses += 1
@@ -141,6 +176,16 @@ class ClaudeThink(InDaemon):
                 error = (f"the model's stream ended mid-message ({reply.error or 'no message_stop'}); "
                          "cost estimated from what streamed")
                 break
+            calls = tm.tool_calls(content) if offered else []
+            if calls:
+                results = await conv.tools.answer(calls)
+                msg = {"role": "user", "content": results}
+                emit({"type": "user", "message": msg, "inProcess": True})
+                history += [{"role": "assistant", "content": content}, msg]
+                tool_turn = True
+                text = tm.last_text(content)
+                continue
+            tool_turn = False
             nxt = tm.after(content, job.schema, enforced)
             text = nxt.text
             if nxt.done:
@@ -150,10 +195,14 @@ class ClaudeThink(InDaemon):
             for m in nxt.transcript:
                 emit({"type": "user", "message": m, "inProcess": True})
             history += nxt.follow_up
+        # The turns ran out while the model still called tools: the CLI's error_max_turns.
+        max_turns = conv.max_turns_error and tool_turn and error is None
+        if max_turns:
+            error = f"Reached maximum number of turns ({conv.max_turns})"
         cost = turn.cost(turn.done)
         emit(tm.result_line(model=model, tokens=turn.done, cost=cost, turns=requests, text=text,
                             structured=structured, error=error, budget=budget, status=status,
-                            schema=job.schema is not None))
+                            schema=job.schema is not None, max_turns=max_turns))
         verdict = claude.judge(state, job.schema)
         io.usage.tokens, io.usage.cost_usd = turn.done, cost
         io.usage.responses = turn.responses

@@ -12,6 +12,11 @@ The scenario is chosen by a marker in the prompt text, `[[name]]` or `[[name:arg
   [[badonce:JSON]]    text only (no structured output) until the prompt carries SwarmBase's
                       schema nudge; then call StructuredOutput with JSON
   [[read:PATH]]       call Read on PATH, then reply with what the tool returned
+  [[tools]]           call the tools listed as JSON between `CALLS:` and `:END` in the prompt
+                      ([{"name", "input"}, …]) in one reply (parallel calls), then reply
+                      "tool said: " and each result (`ERR ` before an is_error one), " || " between;
+                      with `[[gatelater]]` in the prompt the second request waits for `gate`
+  [[readloop:PATH]]   call Read on PATH in every reply (never ends on its own: maxTurns)
   [[bash:COMMAND]]    call Bash with COMMAND, then reply with what the tool returned
   [[bashhang:COMMAND]] call Bash with COMMAND, then hang on the next turn (message_start only)
   [[401]] [[500]]     HTTP errors
@@ -174,6 +179,20 @@ class FakeAnthropic:
             n = int(arg)
             blocks = [{"type": "tool_use", "id": "toolu_d1", "name": "StructuredOutput",
                        "input_json": '{"a":' * n + "1" + "}" * n}]
+            stop = "tool_use"
+        elif kind == "tools" and not done_tools:
+            listed = json.loads(prompt.split("CALLS:", 1)[1].split(":END", 1)[0])
+            blocks = [{"type": "tool_use", "id": f"toolu_t{i}", "name": c["name"], "input": c["input"]}
+                      for i, c in enumerate(listed)]
+            stop = "tool_use"
+        elif kind == "tools":
+            if "[[gatelater]]" in prompt:
+                await self.gate.wait()
+            said = [("ERR " if r.get("is_error") else "") + str(r.get("content")) for r in done_tools]
+            blocks = [{"type": "text", "text": "tool said: " + " || ".join(said)}]
+        elif kind == "readloop":
+            blocks = [{"type": "tool_use", "id": f"toolu_l{len(done_tools)}", "name": "Read",
+                       "input": {"file_path": arg}}]
             stop = "tool_use"
         elif kind == "read" and not done_tools:
             blocks = [{"type": "tool_use", "id": "toolu_r1", "name": "Read", "input": {"file_path": arg}}]

@@ -72,9 +72,10 @@ class SwarmBaseDaemon:
 
 
 def config(state: Path, roots: Path, model_url: str, in_process_think: bool = True, project: Path | None = None,
-           **extra: Any) -> tuple[Path, str]:
+           in_process_read: bool = False, **extra: Any) -> tuple[Path, str]:
     """`in_process_think`: think agents as requests made by the daemon (the default a user
-    gets), else a `claude -p` each."""
+    gets), else a `claude -p` each; `in_process_read`: read agents too (also the default a
+    user gets, but the conformance suite compares the CLI's tools with the peer's)."""
     key = state / f"{CALLER}.key"
     state.mkdir(parents=True, exist_ok=True)
     key.write_text("sk-ant-peer-0000\n")
@@ -82,7 +83,8 @@ def config(state: Path, roots: Path, model_url: str, in_process_think: bool = Tr
     roots.mkdir(parents=True, exist_ok=True)
     projects = {"projects": {"default": str(project)}} if project is not None else {}
     path, tokens = write_config(
-        state, callers=[CALLER], engines={"claude": {"bin": str(CLAUDE), "baseUrl": model_url, "inProcessThink": in_process_think}},
+        state, callers=[CALLER], engines={"claude": {"bin": str(CLAUDE), "baseUrl": model_url, "inProcessThink": in_process_think,
+                                             "inProcessRead": in_process_read}},
         caller_extra={"apiKeyFile": str(key), "cwdRoots": [str(roots)], "maxProfile": "write",
                       "maxActiveRuns": 100, "runUsdMax": 100, "runUsdDefault": 20, **projects}, **extra)
     return path, tokens[CALLER]
@@ -90,13 +92,14 @@ def config(state: Path, roots: Path, model_url: str, in_process_think: bool = Tr
 
 @asynccontextmanager
 async def swarmbase_daemon(base: Path, model_url: str, *, launcher: tuple[str, ...] = (), in_process_think: bool = True,
-                           project: Path | None = None, **extra: Any) -> AsyncIterator[SwarmBaseDaemon]:
+                           project: Path | None = None, in_process_read: bool = False,
+                           **extra: Any) -> AsyncIterator[SwarmBaseDaemon]:
     """A daemon process on a fresh state dir under `base`, its caller `peer` allowed to read
     and write under base/roots; `launcher`: a command it is started under (its argv
     appended, and it must exec it: the pid is the daemon's), e.g. one that enters a cgroup;
     `project`: the caller's default project (under base/roots), as a resident configures it."""
     state, roots = base / "state", base / "roots"
-    path, token = config(state, roots, model_url, in_process_think, project, **extra)
+    path, token = config(state, roots, model_url, in_process_think, project, in_process_read, **extra)
     argv = [*launcher, sys.executable, "-m", "swarmbase"] if launcher else None
     async with cli_daemon(path, argv=argv) as d, connect(d.ws, token) as host:
         await host.handshake()

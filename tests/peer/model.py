@@ -20,7 +20,9 @@ difference in what the script returns comes from the runtimes, not from the mode
     * else the text `re: <task>`, or WORDS for a `[[say:WORDS]]` marker, or
       `model: <the request's model>` for `[[model]]`;
     * `[[fail]]`: HTTP 400 (a terminal API error: no retry);
-    * `[[tokens:N]]`: the reply reports N output tokens (budget tests); default 10.
+    * `[[tokens:N]]`: the reply reports N output tokens (budget tests); default 10;
+    * `[[readfile:PATH]]`, when a Read tool is offered: a Read of PATH first, then "ok"
+      (a tool agent's one Read: bench/peer_workflow.py's default cases).
 """
 
 from __future__ import annotations
@@ -160,6 +162,10 @@ class DeterministicModel:
         if "StructuredOutput" in tools and not done:
             value = value_for(tools["StructuredOutput"].get("input_schema"), task)
             block = {"type": "tool_use", "id": "toolu_so", "name": "StructuredOutput", "input": value}
+            return self._stream(model, ([block], "tool_use"), usage)
+        read = re.search(r"\[\[readfile:(.*?)\]\]", task)
+        if read and "Read" in tools and not done:
+            block = {"type": "tool_use", "id": "toolu_rf", "name": "Read", "input": {"file_path": read.group(1)}}
             return self._stream(model, ([block], "tool_use"), usage)
         text = "ok" if done else answer_text(task, model)
         return self._stream(model, ([{"type": "text", "text": text}], "end_turn"), usage)

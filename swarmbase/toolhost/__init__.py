@@ -1,0 +1,1 @@
+"""Tool hosts: small processes run inside an agent's sandbox that execute its tools."""
