@@ -103,6 +103,7 @@ class LineReader:
     def __init__(self, stream: trio.abc.ReceiveStream, max_line: int = 16 * 1024 * 1024) -> None:
         self._stream = stream
         self._buf = bytearray()
+        self._at = 0             # where the next line starts: consumed lines are dropped in bulk
         self._max = max_line
         self._eof = False
         self.overflowed = False
@@ -110,13 +111,22 @@ class LineReader:
     def __aiter__(self) -> "LineReader":
         return self
 
+    def has_line(self) -> bool:
+        """Whether the next line is already here (reading it will not wait)."""
+        return self._buf.find(b"\n", self._at) >= 0
+
     async def __anext__(self) -> bytes:
         while True:
-            nl = self._buf.find(b"\n")
+            nl = self._buf.find(b"\n", self._at)
             if nl >= 0:
-                line = bytes(self._buf[:nl])
-                del self._buf[: nl + 1]
+                line = bytes(self._buf[self._at:nl])
+                self._at = nl + 1
                 return line
+            if self._at:
+                # Deleting each line from the front moved the rest every time: a chunk of
+                # 300 short lines was copied 300 times.
+                del self._buf[:self._at]
+                self._at = 0
             if self._eof:
                 if self._buf:
                     line = bytes(self._buf)

@@ -76,7 +76,14 @@ class _Bridge:
         self.proc = proc
         self.host = host
         self.limits = limits
-        self.send_lock = trio.Lock()
+        # What is to go to the runner, written by write_loop in order: whatever piled up
+        # while a write was under way goes as one write (a resume's 1,000 replayed answers),
+        # and the reader never waits on a write (a runner blocked writing its own lines to a
+        # full pipe while the daemon waited to write to it would hang both).
+        self.outgoing: list[bytes] = []
+        self.outgoing_ready = trio.Event()
+        self.write_failed = False
+        self.last_budget: Any = None      # the budget the runner was last sent
         self.outcome: ScriptOutcome | None = None
         self.liveness = Liveness(limits.pong_timeout, trio.current_time())
         self.done = trio.Event()
@@ -90,12 +97,25 @@ class _Bridge:
         host.attach(self)
 
     async def send(self, *msgs: dict[str, Any]) -> None:
-        """Send messages as one write, so no other message falls between them. Non-finite
-        numbers (which JSON cannot carry and the runner would refuse) become null."""
-        data = "".join(_dumps(m) + "\n" for m in msgs).encode()
-        async with self.send_lock:
-            assert self.proc.stdin is not None
-            await self.proc.stdin.send_all(data)
+        """Queue messages together, so no other message falls between them; raises
+        BrokenResourceError once a write to the runner failed. Non-finite numbers (which
+        JSON cannot carry and the runner would refuse) become null."""
+        if self.write_failed:
+            raise trio.BrokenResourceError("the script runner's stdin is closed")
+        self.outgoing.append("".join(_dumps(m) + "\n" for m in msgs).encode())
+        self.outgoing_ready.set()
+
+    async def write_loop(self) -> None:
+        assert self.proc.stdin is not None
+        while True:
+            await self.outgoing_ready.wait()
+            self.outgoing_ready = trio.Event()
+            data, self.outgoing = b"".join(self.outgoing), []
+            try:
+                await self.proc.stdin.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.write_failed = True      # the runner is gone; read_loop reports why
+                return
 
     def finish(self, outcome: ScriptOutcome) -> None:
         if self.outcome is None:
@@ -105,8 +125,15 @@ class _Bridge:
             waiter.event.set()
 
     async def send_reply(self, reply: dict[str, Any]) -> None:
+        """The reply, after the budget when it changed since the runner was last told
+        (each budget line costs the runner an evaluation; a replay changes nothing)."""
+        budget = self.host.budget_view()
         try:
-            await self.send({"t": "budget", "budget": self.host.budget_view()}, reply)
+            if budget == self.last_budget:
+                await self.send(reply)
+            else:
+                await self.send({"t": "budget", "budget": budget}, reply)
+                self.last_budget = budget
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the runner is gone; read_loop reports why
 

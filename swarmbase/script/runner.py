@@ -85,6 +85,7 @@ async def run_script(script: str, args: Any, host: ScriptHost, limits: RunnerLim
     async with starting as proc:
         bridge = _Bridge(proc, host, limits)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(bridge.write_loop)
             nursery.start_soon(bridge.read_loop, nursery)
             nursery.start_soon(bridge.read_stderr)
             nursery.start_soon(bridge.ping_loop)
