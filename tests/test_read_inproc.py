@@ -10,18 +10,22 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from swarmbase import config
 
 from .conftest import CLAUDE, Env, agent_json, result_of, run_to_end, start_daemon, write_config
 from .fakes.anthropic_api import FakeAnthropic
-from .think_daemon import CANARY, requests_for
-from .test_think_inproc import api, transcript  # noqa: F401  (the fake API fixture)
+from .think_daemon import CANARY, requests_for, transcript
 
 HOST = "swarmbase.toolhost.read_host"
 REVIEWER = "---\nname: reviewer\ndescription: Reviews\ntools: Read, Grep\n---\nYou are the REVIEWER-BODY-4410 agent.\n"
 
+
+@pytest.fixture
+async def api(nursery: trio.Nursery) -> FakeAnthropic:
+    return await nursery.start(FakeAnthropic().serve)
 
 def project(root: Path) -> Path:
     proj = root / "proj"
@@ -71,7 +75,7 @@ def hosts() -> list[int]:
 
 
 async def test_read_agents_run_their_tools_in_a_host(tmp_path: Path, nursery: trio.Nursery,
-                                                     api: FakeAnthropic) -> None:  # noqa: F811
+                                                     api: FakeAnthropic) -> None:
     proj = project(tmp_path)
     env = await read_daemon(nursery, tmp_path, api.url, readMaxTurns=3)
     p = str(proj)
@@ -144,7 +148,7 @@ return {{ tools, denied, loop, nogrep, typed, capped }};
 
 
 async def test_the_host_is_confined_and_cancel_kills_it(tmp_path: Path, nursery: trio.Nursery,
-                                                        api: FakeAnthropic) -> None:  # noqa: F811
+                                                        api: FakeAnthropic) -> None:
     """While its agent waits on the model, the host lives: not root, no secret in its
     environment, no network but loopback; cancelling the run ends the request and the host."""
     proj = project(tmp_path)
@@ -175,7 +179,7 @@ async def test_the_host_is_confined_and_cancel_kills_it(tmp_path: Path, nursery:
     api.gate.set()
 
 
-async def test_resume_replays_across_the_read_paths(tmp_path: Path, api: FakeAnthropic) -> None:  # noqa: F811
+async def test_resume_replays_across_the_read_paths(tmp_path: Path, api: FakeAnthropic) -> None:
     """A run of read agents made inside the daemon resumes on the CLI path with every agent
     replayed, and the reverse; the CLI path really starts `claude -p`."""
     proj = project(tmp_path)
@@ -211,7 +215,7 @@ async def test_resume_replays_across_the_read_paths(tmp_path: Path, api: FakeAnt
 
 
 async def test_a_refused_host_fails_the_agent_saying_why(tmp_path: Path, nursery: trio.Nursery,
-                                                         api: FakeAnthropic) -> None:  # noqa: F811
+                                                         api: FakeAnthropic) -> None:
     """The host's launch is checked as a CLI's is: a cwd swapped for a link while the agent
     waited on the model is refused, and the agent fails with the reason."""
     proj = project(tmp_path)

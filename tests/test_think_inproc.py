@@ -14,24 +14,14 @@ import pytest
 import trio
 
 
-from .conftest import (
-    Env,
-    agent_json,
-    result_of,
-    run_to_end,
-)
+from .conftest import agent_json, result_of, run_to_end
 from .fakes.anthropic_api import FakeAnthropic
 from .fakes.responses_api import FakeResponses
-from .think_daemon import CANARY, CODEX, SCHEMA, claude_engine, requests_for, think_daemon
+from .think_daemon import CANARY, CODEX, SCHEMA, claude_engine, requests_for, think_daemon, transcript
 
 @pytest.fixture
 async def api(nursery: trio.Nursery) -> FakeAnthropic:
     return await nursery.start(FakeAnthropic().serve)
-
-
-def transcript(env: Env, run: Any, n: int) -> list[dict[str, Any]]:
-    path = env.services.store.dir(run) / "agents" / str(n) / "transcript.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def in_daemon_only(requests: list[dict[str, Any]]) -> bool:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,11 @@ from .fakes.anthropic_api import FakeAnthropic
 CANARY = "sk-ant-canary-" + secrets.token_hex(16)
 CODEX = CLAUDE.parent / "codex"
 SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}}, "required": ["score"]}
+
+
+def transcript(env: Env, run: Any, n: int) -> list[dict[str, Any]]:
+    path = env.services.store.dir(run) / "agents" / str(n) / "transcript.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 async def think_daemon(nursery: trio.Nursery, root: Path, engines: dict[str, Any], **extra: Any) -> Env:
