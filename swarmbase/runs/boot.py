@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from .. import fsutil
+from .. import fsutil, usage
 from ..audit.rundirs import agent_files, chains_from_disk, end_files
 from ..audit.seal import RunChains
 from ..jsonvalue import JsonObject
@@ -122,6 +122,7 @@ def _interrupt(env: RunEnv, run: Run) -> None:
         _interrupt_agents(store, run, chains)
     except (DamagedFile, OSError) as e:
         log.warning("run %s: could not mark its agents interrupted: %s", run.id, e)
+    _spend_from_records(run, d)
     # The notice first, as a run's end is always recorded: a crash before the record is
     # saved leaves a queued notice, from which the next boot completes the record.
     run.notice_ref = outbox.add(run.caller, notices.build(run, None, url=env.links.run(run.id)))
@@ -134,6 +135,19 @@ def _interrupt(env: RunEnv, run: Run) -> None:
         log.error("run %s: could not record the interruption: %s", run.id, e)
     # Once sealed, the queued notice gets the end-record hash (as a live run's does).
     _stamp_end_notice(env, run)
+
+
+def _spend_from_records(run: Run, d: Path) -> None:
+    """The run's spend becomes the sum of its agent records (what `usage` and the quota
+    charge): the dead daemon's ledger only held agents that had ended, while a record cut
+    mid-stream holds what streamed (estimated). Read before the notice is built, so the
+    record, status, list, run page and end notice all say one sum."""
+    spent = usage.spent_in(d)
+    if not spent:
+        return
+    run.spent_usd = sum(s.cost for s in spent)
+    run.spent_estimated = run.spent_estimated or any(s.estimated for s in spent)
+    run.spent_tokens = max(run.spent_tokens, sum(s.tokens for s in spent if s.engine == "codex"))
 
 
 def _stamp_end_notice(env: RunEnv, run: Run) -> None:
