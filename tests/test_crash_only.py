@@ -399,3 +399,35 @@ async def test_interrupted_runs_spend_is_the_sum_of_its_agent_records(tmp_path: 
     outbox = [json.loads(line) for line in (path.parent / "outbox.jsonl").read_text().splitlines()]
     end = [o["notice"] for o in outbox if o["op"] == "add" and o["notice"]["eventId"] == f"{rid}:end"][-1]
     assert f"{usd(total)} (estimated)" in json.dumps(end)
+
+
+@pytest.mark.timeout(180)
+async def test_a_second_end_notice_has_its_own_event_id_and_says_what_was_lost(tmp_path: Path) -> None:
+    """Issue 32 #12: a stop that could not write a run's end (stop-note.json, written by
+    the stop when even the reserve did not make room) makes boot's interrupted notice a
+    second notice: its own eventId (a host drops a repeated one) and the words of what was
+    lost; the run's log says it too."""
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    path, tokens = daemon_config(tmp_path, str(cli))
+    with trio.fail_after(150):
+        rid, run_dir = await kill_when(path, tokens["alice"], {"script": "return await agent('sleep:60')"},
+                                       lambda d: (d / "agents" / "1" / "agent.json").exists())
+        (path.parent / "stop-note.json").write_text(json.dumps({"runs": {rid: {
+            "unwritten": ["2 paid agent result(s) (its journal lines)", "its final record (it had ended completed)"],
+            "endedAs": "completed"}}}))
+        proc, ws = await start_cli_daemon(path)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                notice = await h.wait_notice(f"{rid}:end:after-stop")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+    text = notice["payload"]["content"][0]["text"]
+    assert "swarmbase:interrupted" in notice["tags"]
+    assert "the disk still refused to write: 2 paid agent result(s) (its journal lines)" in text
+    assert f"An earlier notice ({rid}:end) may have said it completed; this one replaces it." in text
+    assert "the disk still refused to write" in (run_dir / "log.jsonl").read_text()
+    assert not (path.parent / "stop-note.json").exists()                 # said once
+    assert json.loads((run_dir / "run.json").read_text())["notice"]["eventId"] == f"{rid}:end:after-stop"

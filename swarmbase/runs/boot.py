@@ -25,7 +25,7 @@ from ..launch.procs import reap_recorded_groups
 from ..notify import notices
 from ..prices import Tokens
 from . import journal as journal_mod
-from . import retention
+from . import retention, stop_note
 from .env import RunEnv
 from .model import TERMINAL, Run
 from .records import ENDED, AgentRecord, finished
@@ -59,15 +59,16 @@ def recover(env: RunEnv) -> Recovered:
     interrupted = []
     renotified = []
     retention.settle(env.cfg.state_dir)       # a retention pass a kill cut short: finished or undone
+    lost_at_stop = stop_note.take(env.cfg.state_dir)
     for run in store.load_all(store.report_damage):
         runs[run.id] = run
         if not run.active:
             _stamp_end_notice(env, run)
         if run.active:
-            _interrupt(env, run)
+            _interrupt(env, run, lost_at_stop.get(run.id))
             if run.status == "interrupted":
                 interrupted.append(run)
-        elif env.outbox.lost_at_load(notices.event_id(run.id), run.notice_ref):
+        elif env.outbox.lost_at_load(end_id(run), run.notice_ref):
             _notify_again(env, run)
             renotified.append(run.id)
         if not env.keeps_work(run):
@@ -78,6 +79,7 @@ def recover(env: RunEnv) -> Recovered:
         log.warning("queued the end notice of %d run(s) again: outbox.jsonl had lost it (a torn or damaged "
                     "line): %s", len(renotified), ", ".join(renotified[:20]) + (" …" if len(renotified) > 20 else ""))
     _link_resumes(runs)
+    stop_note.hold(env.cfg.state_dir)     # room for the next stop's last words, now space is here
     return Recovered(runs=runs, interrupted=interrupted)
 
 
@@ -90,13 +92,20 @@ def _notify_again(env: RunEnv, run: Run) -> None:
             preview = env.store.result_text(run)
         except DamagedFile:
             preview = None
-    env.outbox.add(run.caller, notices.build(run, preview, url=env.links.run(run.id)))
+    notice = notices.build(run, preview, url=env.links.run(run.id))
+    env.outbox.add(run.caller, {**notice, "eventId": end_id(run)})
 
 
-def _interrupt(env: RunEnv, run: Run) -> None:
+def end_id(run: Run) -> str:
+    """The eventId of the run's end notice: the usual one, or its second notice's."""
+    return run.notice_id or notices.event_id(run.id)
+
+
+def _interrupt(env: RunEnv, run: Run, lost_at_stop: JsonObject | None = None) -> None:
     """A run the dead daemon left in flight ends as interrupted — unless its end notice is
     already queued: then it had ended and only its final record was not written; the notice
-    (the durable word on how it ended) completes the record."""
+    (the durable word on how it ended) completes the record. `lost_at_stop`: what the last
+    stop could not write for this run (stop_note.py), said in its log and its notice."""
     now = time.time()
     store, outbox = env.store, env.outbox
     queued = outbox.notice(notices.event_id(run.id))
@@ -107,6 +116,8 @@ def _interrupt(env: RunEnv, run: Run) -> None:
     if ended is not None:
         run.set_status(ended, now, reason="recorded at boot from its queued end notice")
         run.notice_ref = outbox.ref(notices.event_id(run.id))
+        if lost_at_stop is not None:      # logged before the record is sealed over the log
+            _say_lost(env, run, lost_at_stop, chains)
         try:
             if chains is not None:            # seal it as it is on disk
                 run.end = chains.end_record(run.to_json(), end_files(d))
@@ -125,7 +136,19 @@ def _interrupt(env: RunEnv, run: Run) -> None:
     _spend_from_records(run, d)
     # The notice first, as a run's end is always recorded: a crash before the record is
     # saved leaves a queued notice, from which the next boot completes the record.
-    run.notice_ref = outbox.add(run.caller, notices.build(run, None, url=env.links.run(run.id)))
+    notice = notices.build(run, None, url=env.links.run(run.id))
+    if lost_at_stop is not None:
+        # The stopped daemon may have told the host how the run ended (the notice went out
+        # from memory) under the usual eventId: this one must not be dropped as a repeat.
+        ended = lost_at_stop.get("endedAs")
+        run.notice_id = f"{notices.event_id(run.id)}:after-stop"
+        notice = notices.restated(notice, run.notice_id, (
+            f"When the daemon stopped, the disk still refused to write: {stop_note.unwritten_words(lost_at_stop)}."
+            + (f" An earlier notice ({notices.event_id(run.id)}) may have said it {ended}; this one replaces it."
+               if isinstance(ended, str) else "")))
+    run.notice_ref = outbox.add(run.caller, notice)
+    if lost_at_stop is not None:
+        _say_lost(env, run, lost_at_stop, chains)
     try:
         store.append_log(run, f"run interrupted: {INTERRUPTED}", "error", chains)
         if chains is not None:            # seal what the dead daemon left, as it is on disk
@@ -135,6 +158,15 @@ def _interrupt(env: RunEnv, run: Run) -> None:
         log.error("run %s: could not record the interruption: %s", run.id, e)
     # Once sealed, the queued notice gets the end-record hash (as a live run's does).
     _stamp_end_notice(env, run)
+
+
+def _say_lost(env: RunEnv, run: Run, lost_at_stop: JsonObject, chains: RunChains | None) -> None:
+    words = f"when the daemon stopped, the disk still refused to write: {stop_note.unwritten_words(lost_at_stop)}"
+    log.error("run %s: %s", run.id, words)
+    try:
+        env.store.append_log(run, words, "error", chains)
+    except OSError as e:
+        log.error("run %s: could not log it: %s", run.id, e)
 
 
 def _spend_from_records(run: Run, d: Path) -> None:
@@ -154,7 +186,7 @@ def _stamp_end_notice(env: RunEnv, run: Run) -> None:
     """An ended run whose end notice is still queued without its end-record hash (the old
     daemon died between writing the record and amending the notice, or the record was
     written at boot): the notice gets the hash before it is pushed."""
-    eid = notices.event_id(run.id)
+    eid = end_id(run)
     queued = env.outbox.notice(eid)
     if queued is None or notices.end_hash_of(queued) is not None or not run.sealed:
         return

@@ -371,4 +371,4 @@ class Supervisor:
             live.stop(Stop.SHUTDOWN)
         for live in pending:
             await live.finished.wait()
-        await self.env.deferred.last_chance(self.unsaved, self._final_write)
+        await self.env.deferred.last_chance(self.unsaved, self._final_write, lambda live: live.run.status)
