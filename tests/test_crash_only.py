@@ -431,3 +431,35 @@ async def test_a_second_end_notice_has_its_own_event_id_and_says_what_was_lost(t
     assert "the disk still refused to write" in (run_dir / "log.jsonl").read_text()
     assert not (path.parent / "stop-note.json").exists()                 # said once
     assert json.loads((run_dir / "run.json").read_text())["notice"]["eventId"] == f"{rid}:end:after-stop"
+
+
+@pytest.mark.timeout(180)
+async def test_a_torn_last_journal_line_is_said_in_the_log_and_the_runs_record(tmp_path: Path) -> None:
+    """Issue 32 #14: the daemon died writing agent 1's journal line. Boot says so (its log,
+    the run's log, run.json's history), naming the agent a resume will run and pay again."""
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    path, tokens = daemon_config(tmp_path, str(cli))
+
+    def ready(d: Path) -> bool:
+        recs = {p.parent.name: json.loads(p.read_text() or "{}") for p in d.glob("agents/*/agent.json")}
+        return recs.get("1", {}).get("state") == "done" and recs.get("2", {}).get("state") == "running"
+
+    with trio.fail_after(150):
+        rid, run_dir = await kill_when(path, tokens["alice"], {"script": "await agent('noop');\n"
+                                                                         "return await agent('sleep:60')"}, ready)
+        journal = run_dir / "journal.jsonl"
+        lines = journal.read_bytes().splitlines(keepends=True)
+        assert len(lines) == 2 and json.loads(lines[1])["n"] == 1
+        journal.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])         # torn mid-append
+        async with cli_daemon(path) as d:
+            async with connect(d.ws, tokens["alice"]) as h:
+                await h.handshake()
+                st = (await h.tool("status", {"runId": rid}))["structuredContent"]
+        err = d.stderr.decode()
+    words = ("1 torn journal line(s) skipped (the daemon died while writing): agent 1 finished but its result "
+             "is not journaled, so a resume runs it again (and pays for it again)")
+    assert st["status"] == "interrupted"
+    assert f"run {rid}: {words}" in err
+    assert words in (run_dir / "log.jsonl").read_text()
+    assert json.loads((run_dir / "run.json").read_text())["history"][-1]["journal"] == words

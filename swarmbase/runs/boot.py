@@ -129,10 +129,14 @@ def _interrupt(env: RunEnv, run: Run, lost_at_stop: JsonObject | None = None) ->
         return
     run.set_status("interrupted", now, reason=INTERRUPTED)
     run.error = f"interrupted: {INTERRUPTED}"
+    torn: str | None = None
     try:
-        _interrupt_agents(store, run, chains)
+        torn = _interrupt_agents(store, run, chains)
     except (DamagedFile, OSError) as e:
         log.warning("run %s: could not mark its agents interrupted: %s", run.id, e)
+    if torn is not None:
+        log.warning("run %s: %s", run.id, torn)
+        run.history[-1]["journal"] = torn
     _spend_from_records(run, d)
     # The notice first, as a run's end is always recorded: a crash before the record is
     # saved leaves a queued notice, from which the next boot completes the record.
@@ -150,6 +154,8 @@ def _interrupt(env: RunEnv, run: Run, lost_at_stop: JsonObject | None = None) ->
     if lost_at_stop is not None:
         _say_lost(env, run, lost_at_stop, chains)
     try:
+        if torn is not None:
+            store.append_log(run, torn, "warning", chains)
         store.append_log(run, f"run interrupted: {INTERRUPTED}", "error", chains)
         if chains is not None:            # seal what the dead daemon left, as it is on disk
             run.end = chains.end_record(run.to_json(), end_files(d))
@@ -199,12 +205,14 @@ def _stamp_end_notice(env: RunEnv, run: Run) -> None:
         env.outbox.amend(eid, notices.with_end_hash(queued, end["hash"]))
 
 
-def _interrupt_agents(store: RunStore, run: Run, chains: RunChains | None = None) -> None:
+def _interrupt_agents(store: RunStore, run: Run, chains: RunChains | None = None) -> str | None:
     """Agents that were queued or running when the daemon died will never end: say so.
     One whose journal line was written finished: its final record (written after the
-    journal line, on the run's flush) is completed from that line instead."""
+    journal line, on the run's flush) is completed from that line instead. Returns what a
+    torn journal line (the daemon died writing it) costs, or None."""
     agents_dir = store.dir(run) / "agents"
-    journaled = _journaled(store.dir(run) / "journal.jsonl", run.id)
+    journaled, torn = _journaled(store.dir(run) / "journal.jsonl", run.id)
+    unjournaled: list[int] = []
     done = 0
     rows: dict[int, JsonObject] = {}
     if agents_dir.is_dir():
@@ -230,6 +238,8 @@ def _interrupt_agents(store: RunStore, run: Run, chains: RunChains | None = None
                 rows[rec.n] = rec.row()
             if finished(rec):             # it had finished before the daemon died
                 done += 1
+            if rec.state == "done" and not rec.replayed and rec.n not in journaled:
+                unjournaled.append(rec.n)
     phases = store.phases(run)
     for phase in phases:
         agents = phase.get("agents", [])
@@ -240,16 +250,23 @@ def _interrupt_agents(store: RunStore, run: Run, chains: RunChains | None = None
                 row.update(state="interrupted", error=INTERRUPTED, endedAt=time.time())
     store.save_phases(run, phases, durable=True)
     run.agents_done = max(run.agents_done, done)
+    if not torn:
+        return None
+    lost = (f"agent{'s' if len(unjournaled) > 1 else ''} {', '.join(map(str, sorted(unjournaled)))} finished "
+            "but its result is not journaled, so a resume runs it again (and pays for it again)"
+            if unjournaled else "no finished agent's result was lost with it")
+    return f"{torn} torn journal line(s) skipped (the daemon died while writing): {lost}"
 
 
-def _journaled(path: Path, run_id: str) -> dict[int, JsonObject]:
-    """This run's own journal lines by agent number (not lines carried from a resumed run)."""
+def _journaled(path: Path, run_id: str) -> tuple[dict[int, JsonObject], int]:
+    """This run's own journal lines by agent number (not lines carried from a resumed run),
+    and how many lines were torn."""
     try:
         loaded = journal_mod.load(path)
     except journal_mod.JournalError:
-        return {}
-    return {e["n"]: e for e in loaded.lines
-            if e.get("runId") == run_id and isinstance(e.get("n"), int) and e.get("state") in ENDED}
+        return {}, 0
+    return ({e["n"]: e for e in loaded.lines
+             if e.get("runId") == run_id and isinstance(e.get("n"), int) and e.get("state") in ENDED}, loaded.torn)
 
 
 def _finish_from_journal(rec: AgentRecord, entry: JsonObject) -> None:
