@@ -6,8 +6,8 @@ run_ended), so the run code knows nothing of it, and it is handed only what it u
 outbox, the run-link function and the redactor. Progress notices go through the same
 durable outbox as the end notice, so they survive a restart the same way, reach an
 offline host in the order they were queued, and a run's are always queued before its end
-notice: an event after the run's status became terminal (set before the end notice is
-queued) is dropped, and so is a deferred notice whose run ended. One task (serve) queues
+notice: events still waiting are written when the run is ending (run_ending, before the
+end notice is queued), and an event after that is dropped. One task (serve) queues
 the deferred ones when their window opens; its clock is trio's (MockClock in tests).
 """
 
@@ -61,7 +61,7 @@ class ProgressFeed(NoObserver):
             return
         line = pn.on_phase(state, title)
         if line is not None:
-            self._event(run, state, line)
+            self._event(run, state, line, "phase")
 
     def agent_ended(self, run: Run, rec: AgentRecord) -> None:
         state = self._state(run)
@@ -71,14 +71,17 @@ class ProgressFeed(NoObserver):
             state.agents_seen = True
         line = pn.on_agent_end(state, rec.n, rec.label, rec.state, rec.phase, rec.workflow, rec.error)
         if line is not None:
-            self._event(run, state, line)
+            self._event(run, state, line, "failures")
 
-    def run_ended(self, run: Run) -> None:
-        """Waiting events go into the run's undelivered progress notice (in place: still
-        ahead of the end notice), else they are dropped: the end notice supersedes them."""
+    def run_ending(self, run: Run) -> None:
+        """Its end notice is about to be queued: waiting events go out first, into the run's
+        undelivered progress notice (in place) or one last one, ahead of the end notice."""
         entry = self.runs.pop(run.id, None)
         if entry is not None:
             self._write(run, entry[1], final=True)
+
+    def run_ended(self, run: Run) -> None:
+        self.runs.pop(run.id, None)         # a run that ended without run_ending (never here)
 
     # -- coalescing ----------------------------------------------------------------------
     def _state(self, run: Run) -> pn.RunProgress | None:
@@ -88,10 +91,10 @@ class ProgressFeed(NoObserver):
     def _still_pending(self, state: pn.RunProgress) -> bool:
         return state.pending is not None and self.outbox.notice(state.pending) is not None
 
-    def _event(self, run: Run, state: pn.RunProgress, line: str) -> None:
+    def _event(self, run: Run, state: pn.RunProgress, line: str, kind: str) -> None:
         if not run.active:                 # its end notice is (being) queued: never after it
             return
-        pn.add_line(state, line)
+        pn.add_line(state, line, kind)
         self._write(run, state)
 
     def _write(self, run: Run, state: pn.RunProgress, final: bool = False) -> None:

@@ -12,19 +12,23 @@ A nested workflow()'s own phases send nothing: they are steps inside one phase o
 root script (they show in `status` and on the dashboard).
 
 Coalescing, per run:
-1. at most one progress notice of a run waits in the outbox: while one is undelivered,
+1. the first event of each kind (the run's first phase end, its first failure) is written
+   at once, whatever the window below says: that is the news a caller waits for;
+2. at most one progress notice of a run waits in the outbox: while one is undelivered,
    newer events update it in place (Outbox.amend: same eventId, same place in the queue)
    rather than queue another, and it lists every event it has not delivered;
-2. the outbox is written for a run's progress at most once per MIN_INTERVAL_S (a queue or
-   an update); events inside the window wait, and the write when it opens carries them;
-3. when the run ends, events still waiting for their window go into the run's progress
-   notice if it is still undelivered (one last update, in place, so still ahead of the end
-   notice); otherwise they are dropped: the end notice, which follows, supersedes them.
-So a host gets at most one progress notice per run per MIN_INTERVAL_S, an offline host at
-most one per run (listing the run's events up to its end), then the end notice; a chatty
-run costs at most one outbox write (an fsync) per 30 s, plus one at its end. An update
-that races the push of the notice it updates loses to it (the host dedupes the eventId);
-the end notice follows anyway.
+3. otherwise the outbox is written for a run's progress at most once per MIN_INTERVAL_S
+   (a queue or an update); events inside the window wait, and the write when it opens
+   carries them;
+4. when the run ends, events still waiting for their window are written before its end
+   notice is queued: into the run's progress notice if it is still undelivered (in place),
+   else in one last progress notice. No event is dropped.
+So a host gets the first event of each kind at once, then at most one progress notice per
+run per MIN_INTERVAL_S, and one more at the end if events were waiting; an offline host
+gets at most one per run (listing the run's events up to its end), then the end notice. A
+chatty run costs at most one outbox write (an fsync) per 30 s, plus one per kind and one
+at its end. An update that races the push of the notice it updates loses to it (the host
+dedupes the eventId); the trailing notice or the end notice follows anyway.
 
 Every script-written string in a progress notice (phase titles, labels, agent errors) is
 one line, quoted and bounded (data_frame.quoted), and redacted by the caller of build().
@@ -73,6 +77,8 @@ class RunProgress:
     last_write: float | None = None      # when the outbox was last written for this run
     due: float | None = None             # when waiting events may be written
     count: int = 0                       # notices queued for this run
+    kinds_seen: set[str] = attrs.Factory(set)    # kinds with an event so far
+    urgent: bool = False                 # a waiting event is the first of its kind: no window
     events: int = 0                      # events seen (what an uncoalesced feed would send)
 
 
@@ -112,18 +118,22 @@ def on_agent_end(state: RunProgress, n: int, label: str, agent_state: str, phase
     return failure_line(n, label, error)
 
 
-def add_line(state: RunProgress, line: str) -> None:
+def add_line(state: RunProgress, line: str, kind: str) -> None:
     state.events += 1
     state.lines.append(line)
+    if kind not in state.kinds_seen:
+        state.kinds_seen.add(kind)
+        state.urgent = True
 
 
 def decide(state: RunProgress, now: float, still_pending: bool, final: bool = False) -> str:
     """What to do with the waiting events: 'amend' the undelivered notice, 'queue' a new
-    one, 'wait' until `state.due`, or 'drop' them (`final`: the run ended)."""
+    one, 'wait' until `state.due`, or 'drop' (nothing new). `final`: the run is ending,
+    its end notice not queued yet: nothing waits any more."""
     if len(state.lines) <= state.written:
         return "drop"                    # nothing the pending (or delivered) notice did not say
-    if final:
-        return "amend" if still_pending else "drop"
+    if final or state.urgent:
+        return "amend" if still_pending else "queue"
     if state.last_write is not None and now - state.last_write < MIN_INTERVAL_S:
         state.due = state.last_write + MIN_INTERVAL_S
         return "wait"
@@ -136,7 +146,7 @@ def written(state: RunProgress, now: float, still_pending: bool) -> None:
     if not still_pending:
         del state.lines[:state.written]
     state.written = len(state.lines)
-    state.last_write, state.due = now, None
+    state.last_write, state.due, state.urgent = now, None, False
 
 
 def notice_text(run: Run, state: RunProgress, url: str | None) -> str:

@@ -12,13 +12,15 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+import httpx
 import pytest
 import trio
 
 from swarmbase.client import connect
 from swarmbase.launch.procs import process_start_time
+from swarmbase.money import usd
 from swarmbase.runs.model import Run
 from swarmbase.runs.store import RunStore
 
@@ -239,29 +241,34 @@ async def test_damaged_run_files_are_tool_errors_naming_the_file(tmp_path: Path,
             assert (await h.wait_notice(f"{ok}:end"))["tags"][-1] == "swarmbase:completed"
 
 
+async def kill_when(path: Path, token: str, params: dict[str, Any], ready: Callable[[Path], bool]) -> tuple[str, Path]:
+    """Start the daemon, start a run, SIGKILL the daemon once `ready(run dir)`; the run's id and dir."""
+    proc, ws = await start_cli_daemon(path)
+    try:
+        async with connect(ws, token) as h:
+            await h.handshake()
+            rid = (await h.tool("run", params))["structuredContent"]["runId"]
+            while not (dirs := list((path.parent / "runs").glob(f"*-{rid}"))) or not ready(dirs[0]):
+                await trio.sleep(0.05)
+            return rid, dirs[0]
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
 @pytest.mark.timeout(180)
 async def test_after_kill_9_the_runs_agents_are_marked_interrupted(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     cli = fake_claude.install(tmp_path / "bin")
     path, tokens = daemon_config(tmp_path, str(cli), perRunConcurrency=3, maxConcurrentAgents=3)
     script = "return await parallel(Array.from({length: 6}, (_, i) => () => agent(i < 2 ? 'noop' : 'sleep:60')))"
+    def ready(run_dir: Path) -> bool:
+        phases = json.loads((run_dir / "phases.json").read_text() or "[]") if (run_dir / "phases.json").exists() else []
+        states = [a["state"] for p in phases for a in p["agents"]]
+        return states.count("running") == 3 and states.count("done") == 2
+
     with trio.fail_after(150):
-        proc, ws = await start_cli_daemon(path)
-        try:
-            async with connect(ws, tokens["alice"]) as h:
-                await h.handshake()
-                rid = (await h.tool("run", {"script": script}))["structuredContent"]["runId"]
-                d = path.parent / "runs"
-                while True:
-                    phases = json.loads((next(d.glob(f"*-{rid}")) / "phases.json").read_text() or "[]") \
-                        if list(d.glob(f"*-{rid}/phases.json")) else []
-                    states = [a["state"] for p in phases for a in p["agents"]]
-                    if states.count("running") == 3 and states.count("done") == 2:
-                        break
-                    await trio.sleep(0.05)
-        finally:
-            proc.kill()
-            await proc.wait()
+        rid, _ = await kill_when(path, tokens["alice"], {"script": script}, ready)
         proc, ws = await start_cli_daemon(path)
         try:
             async with connect(ws, tokens["alice"]) as h:
@@ -344,3 +351,115 @@ async def test_memory_stays_flat_over_many_runs(tmp_path: Path) -> None:
     print(f"daemon RSS {samples[0][1]:.1f} MB after {samples[0][0]} runs, {samples[-1][1]:.1f} MB after "
           f"{samples[-1][0]}; fitted growth {slope:.2f} KB per run")
     assert slope < BOUND_KB_PER_RUN, samples
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_interrupted_runs_spend_is_the_sum_of_its_agent_records(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """Issue 32 #11: four think agents stalled mid-stream hold estimated spend in their
+    records when the daemon is killed; after the restart the run's spentUsd (run.json,
+    status, list, run page, end notice) is that sum, and says "estimated"."""
+    api = await nursery.start(FakeAnthropic().serve)
+    path, tokens = daemon_config(tmp_path, str(CLAUDE), api.url)
+    cfg = json.loads(path.read_text())
+    cfg["engines"]["claude"]["inProcessThink"] = True
+    cfg["callers"][0]["maxProfile"] = "read"
+    path.write_text(json.dumps(cfg))
+    script = ("await agent('[[text:quick]]');\n"
+              "return await parallel([1, 2, 3, 4].map(i => () => agent('[[hang]] ' + i)))")
+    def ready(run_dir: Path) -> bool:
+        recs = [json.loads(p.read_text() or "{}") for p in run_dir.glob("agents/*/agent.json")]
+        return sum(1 for r in recs if r.get("state") == "running" and r.get("costUsd", 0) > 0) == 4
+
+    with trio.fail_after(150):
+        rid, run_dir = await kill_when(path, tokens["alice"], {"script": script, "profile": "think"}, ready)
+        proc, ws = await start_cli_daemon(path)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                st = (await h.tool("status", {"runId": rid}))["structuredContent"]
+                row = next(r for r in (await h.tool("list", {}))["structuredContent"]["runs"] if r["runId"] == rid)
+            base = ws.replace("ws", "http", 1).rsplit("/mcpl", 1)[0]
+            async with httpx.AsyncClient(base_url=base, timeout=30) as c:
+                html = (await c.get(f"/runs/{rid}")).text
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+    records = [json.loads(p.read_text()) for p in run_dir.glob("agents/*/agent.json")]
+    total = sum(r["costUsd"] for r in records)
+    assert sorted(r["state"] for r in records) == ["done"] + ["interrupted"] * 4
+    assert sum(r["costUsd"] for r in records if r["state"] == "interrupted") > 4 * 0.004   # input tokens, estimated
+    sealed = json.loads((run_dir / "run.json").read_text())
+    assert sealed["status"] == "interrupted"
+    assert sealed["spentUsd"] == pytest.approx(total) and sealed["spentEstimated"] is True
+    assert st["spentUsd"] == pytest.approx(total) and st["spentEstimated"] is True
+    assert row["spentUsd"] == pytest.approx(total) and row["spentEstimated"] is True
+    data = json.loads(html.split('id="sb-data">', 1)[1].split("</script>", 1)[0])
+    assert data["budget"]["spent"] == pytest.approx(total) and data["budget"]["estimated"] is True
+    outbox = [json.loads(line) for line in (path.parent / "outbox.jsonl").read_text().splitlines()]
+    end = [o["notice"] for o in outbox if o["op"] == "add" and o["notice"]["eventId"] == f"{rid}:end"][-1]
+    assert f"{usd(total)} (estimated)" in json.dumps(end)
+
+
+@pytest.mark.timeout(180)
+async def test_a_second_end_notice_has_its_own_event_id_and_says_what_was_lost(tmp_path: Path) -> None:
+    """Issue 32 #12: a stop that could not write a run's end (stop-note.json, written by
+    the stop when even the reserve did not make room) makes boot's interrupted notice a
+    second notice: its own eventId (a host drops a repeated one) and the words of what was
+    lost; the run's log says it too."""
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    path, tokens = daemon_config(tmp_path, str(cli))
+    with trio.fail_after(150):
+        rid, run_dir = await kill_when(path, tokens["alice"], {"script": "return await agent('sleep:60')"},
+                                       lambda d: (d / "agents" / "1" / "agent.json").exists())
+        (path.parent / "stop-note.json").write_text(json.dumps({"runs": {rid: {
+            "unwritten": ["2 paid agent result(s) (its journal lines)", "its final record (it had ended completed)"],
+            "endedAs": "completed"}}}))
+        proc, ws = await start_cli_daemon(path)
+        try:
+            async with connect(ws, tokens["alice"]) as h:
+                await h.handshake()
+                notice = await h.wait_notice(f"{rid}:end:after-stop")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+    text = notice["payload"]["content"][0]["text"]
+    assert "swarmbase:interrupted" in notice["tags"]
+    assert "the disk still refused to write: 2 paid agent result(s) (its journal lines)" in text
+    assert f"An earlier notice ({rid}:end) may have said it completed; this one replaces it." in text
+    assert "the disk still refused to write" in (run_dir / "log.jsonl").read_text()
+    assert not (path.parent / "stop-note.json").exists()                 # said once
+    assert json.loads((run_dir / "run.json").read_text())["notice"]["eventId"] == f"{rid}:end:after-stop"
+
+
+@pytest.mark.timeout(180)
+async def test_a_torn_last_journal_line_is_said_in_the_log_and_the_runs_record(tmp_path: Path) -> None:
+    """Issue 32 #14: the daemon died writing agent 1's journal line. Boot says so (its log,
+    the run's log, run.json's history), naming the agent a resume will run and pay again."""
+    (tmp_path / "bin").mkdir()
+    cli = fake_claude.install(tmp_path / "bin")
+    path, tokens = daemon_config(tmp_path, str(cli))
+
+    def ready(d: Path) -> bool:
+        recs = {p.parent.name: json.loads(p.read_text() or "{}") for p in d.glob("agents/*/agent.json")}
+        return recs.get("1", {}).get("state") == "done" and recs.get("2", {}).get("state") == "running"
+
+    with trio.fail_after(150):
+        rid, run_dir = await kill_when(path, tokens["alice"], {"script": "await agent('noop');\n"
+                                                                         "return await agent('sleep:60')"}, ready)
+        journal = run_dir / "journal.jsonl"
+        lines = journal.read_bytes().splitlines(keepends=True)
+        assert len(lines) == 2 and json.loads(lines[1])["n"] == 1
+        journal.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])         # torn mid-append
+        async with cli_daemon(path) as d:
+            async with connect(d.ws, tokens["alice"]) as h:
+                await h.handshake()
+                st = (await h.tool("status", {"runId": rid}))["structuredContent"]
+        err = d.stderr.decode()
+    words = ("1 torn journal line(s) skipped (the daemon died while writing): agent 1 finished but its result "
+             "is not journaled, so a resume runs it again (and pays for it again)")
+    assert st["status"] == "interrupted"
+    assert f"run {rid}: {words}" in err
+    assert words in (run_dir / "log.jsonl").read_text()
+    assert json.loads((run_dir / "run.json").read_text())["history"][-1]["journal"] == words

@@ -13,6 +13,7 @@ import errno
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -22,6 +23,7 @@ from swarmbase.client import connect
 from swarmbase.runs import journal as journal_mod
 from swarmbase.runs.deferred import Deferred
 from swarmbase.runs.journal import Journal, args_hash
+from swarmbase.runs.model import TERMINAL
 
 from .clidaemon import cli_daemon
 from .conftest import audit, write_config
@@ -45,30 +47,42 @@ def fill_to_the_last_byte(filler: Path) -> None:
         os.close(fd)
 
 
-@pytest.mark.timeout(240)
-async def test_a_full_disk_after_the_paid_replies_loses_no_result(small_disk: Path, claude_bin: str,
-                                                                  tmp_path: Path, nursery: trio.Nursery) -> None:
-    api = await nursery.start(FakeAnthropic().serve)
+def full_disk_config(small_disk: Path, claude_bin: str, tmp_path: Path, api_url: str) -> tuple[Path, Path, dict[str, str]]:
+    """The daemon's state on the small disk: (state dir, config path, tokens)."""
     state = small_disk / "state"
     state.mkdir()
     key = state / "alice.key"
     key.write_text("sk-ant-disk-full-000111222")
     key.chmod(0o600)
-    path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": claude_bin, "baseUrl": api.url}},
+    path, tokens = write_config(state, callers=["alice"], engines={"claude": {"bin": claude_bin, "baseUrl": api_url}},
                                 caller_extra={"apiKeyFile": str(key), "runUsdMax": 100},
                                 # The agents' private dirs elsewhere: removed as each agent ends,
                                 # they would free space on the disk under test.
                                 homesDir=str(tmp_path / "homes"))
+    return state, path, tokens
+
+
+async def start_paid_pair(h: Any, api: FakeAnthropic) -> str:
+    """A run of two agents with big replies, returned once both are asking the model (gated)."""
     script = ("return await parallel([() => agent('[[gate]] [[text:%s]] a'), () => agent('[[gate]] [[text:%s]] b')])"
               % (REPLY, REPLY))
+    rid: str = (await h.tool("run", {"script": script, "budgetUsd": 20}))["structuredContent"]["runId"]
+    while sum("[[gate]]" in r["prompt"] for r in api.requests) < 2:      # both are asking the model
+        await trio.sleep(0.05)
+    return rid
+
+
+@pytest.mark.timeout(240)
+async def test_a_full_disk_after_the_paid_replies_loses_no_result(small_disk: Path, claude_bin: str,
+                                                                  tmp_path: Path, nursery: trio.Nursery) -> None:
+    api = await nursery.start(FakeAnthropic().serve)
+    state, path, tokens = full_disk_config(small_disk, claude_bin, tmp_path, api.url)
     filler = small_disk / "filler"
     with trio.fail_after(220):
         async with cli_daemon(path) as d:
             async with connect(d.ws, tokens["alice"]) as h:
                 await h.handshake()
-                rid = (await h.tool("run", {"script": script, "budgetUsd": 20}))["structuredContent"]["runId"]
-                while sum("[[gate]]" in r["prompt"] for r in api.requests) < 2:      # both are asking the model
-                    await trio.sleep(0.05)
+                rid = await start_paid_pair(h, api)
                 fill_to_the_last_byte(filler)
                 paid = len(api.requests)
                 api.gate.set()                                # the model answers: both replies are paid for
@@ -135,3 +149,39 @@ async def test_waiting_journal_lines_are_written_in_order_or_reported_lost(
     assert await deferred.write_journal("run_0123456789ab") and deferred.journals == {}
     loaded = journal_mod.load(tmp_path / "journal.jsonl")
     assert loaded.torn == 0 and [e["result"] for e in loaded.lines] == [0, 1, 2]    # no half line, in order
+
+
+@pytest.mark.timeout(240)
+async def test_a_stop_before_space_returns_keeps_the_end_and_the_paid_results(
+        small_disk: Path, claude_bin: str, tmp_path: Path, nursery: trio.Nursery) -> None:
+    """Issue 32 #12: the disk fills after the model answered and the daemon is stopped before
+    space returns. The next start must not contradict the end notice the host acknowledged
+    under the same eventId, and the paid results must not be lost."""
+    api = await nursery.start(FakeAnthropic().serve)
+    state, path, tokens = full_disk_config(small_disk, claude_bin, tmp_path, api.url)
+    filler = small_disk / "filler"
+    with trio.fail_after(220):
+        async with cli_daemon(path) as d:
+            async with connect(d.ws, tokens["alice"]) as h:
+                await h.handshake()
+                rid = await start_paid_pair(h, api)
+                fill_to_the_last_byte(filler)
+                api.gate.set()
+                first = await h.wait_notice(f"{rid}:end")     # acknowledged by this host
+        err = d.stderr.decode()                               # stopped (SIGTERM) with the disk still full
+        filler.unlink()
+        async with cli_daemon(path) as d:
+            async with connect(d.ws, tokens["alice"]) as h:
+                await h.handshake()
+                st = (await h.tool("status", {"runId": rid}))["structuredContent"]
+    ended = next(t.split(":", 1)[1] for t in first["tags"] if t.split(":", 1)[1] in TERMINAL)
+    adds = [json.loads(line) for line in (state / "outbox.jsonl").read_text().splitlines()]
+    ends = [a["notice"] for a in adds if a["op"] == "add" and a["notice"]["eventId"].startswith(f"{rid}:end")]
+    for n in ends:                   # a notice saying otherwise than the acknowledged one has its own id
+        if f"swarmbase:{ended}" not in n["tags"]:
+            assert n["eventId"] != f"{rid}:end", n["payload"]["content"][0]["text"]
+    assert st["status"] == ended, (st["status"], st["error"])
+    run_dir = next((state / "runs").glob(f"*-{rid}"))
+    ok = [e for e in map(json.loads, (run_dir / "journal.jsonl").read_text().splitlines()[1:]) if e.get("ok")]
+    assert [e["result"] for e in ok] == [REPLY, REPLY], err[-2000:]      # the paid results were kept
+    assert "gave back the 512 KiB kept in reserve" in err               # kept by the reserve, not by luck

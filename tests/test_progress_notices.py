@@ -102,15 +102,17 @@ async def test_offline_a_chatty_run_keeps_one_progress_notice_then_the_end(
     for i in range(40):
         feed.phase(run, f"step {i}", "")
         feed.agent_ended(run, Rec(i, f"a{i}", "failed" if i == 7 else "done", f"step {i}"))
+        if i == 7:                  # the first failure, inside the window: written at once, in place
+            assert 'First failed agent: #7 "a7"' in text(progress_of(outbox)[0])
         await trio.sleep(1)
     [waiting] = progress_of(outbox)                              # updated in place, never joined
-    # Written at t=0 and when the window opened at t=30; the events since wait.
-    assert 'next phase "step 31".' in text(waiting) and "step 32" not in text(waiting)
+    assert "step 39" not in text(waiting)                        # the events since the last window wait
     assert feed.runs[run.id][1].events == 40                     # 39 phase ends + the first failure
     run.set_status("completed", 50.0)
+    feed.run_ending(run)                                         # the waiting events join it, in place
     outbox.add("alice", notices.build(run, '"ok"'))
     feed.phase(run, "late", "")                                  # after the run's end: never queued
-    feed.run_ended(run)                                          # the waiting events join it, in place
+    feed.run_ended(run)
     assert [n["eventId"].split(":", 1)[1] for n in outbox.pending("alice")] == ["progress:1", "end"]
     [waiting] = progress_of(outbox)
     body = text(waiting)
@@ -148,12 +150,53 @@ async def test_online_one_notice_per_window_then_a_trailing_one(tmp_path: Path, 
         assert 'Phase "b" ended' in second and 'Phase "c" ended' in second and 'Phase "a"' not in second
         feed.phase(run, "e", "")                     # the canary's phase ended: redacted
         await trio.sleep(1)
-        run.set_status("completed", 0.0)             # ends inside the window: the deferred one is dropped
+        run.set_status("completed", 0.0)             # ends inside the window: what waits goes out now,
+        feed.run_ending(run)                         # ahead of the end notice
         feed.run_ended(run)
+        host_takes_all()
+        assert len(delivered) == 3
         await trio.sleep(pn.MIN_INTERVAL_S * 3)
         host_takes_all()
-    assert len(delivered) == 2 and not outbox.pending("alice")
+    assert len(delivered) == 3 and not outbox.pending("alice")
+    assert 'Phase "d[redacted]" ended' in text(delivered[2])
     assert all(CANARY not in text(n) for n in delivered)
+
+
+async def test_the_first_failure_goes_out_at_once_inside_the_window(
+        tmp_path: Path, nursery: trio.Nursery, autojump_clock: trio.testing.MockClock) -> None:
+    """Issue 32 #7: a phase notice went out at t=0; the run's first failed agent at t=1 is
+    not held for the window (it was reported 30 s late); a second failure says nothing,
+    and a later phase end waits for the window again."""
+    feed, outbox = feed_on(tmp_path)
+    nursery.start_soon(feed.serve)
+    run = a_run(["phase", "failures"])
+    feed.run_started(run)
+    delivered: list[tuple[float, dict[str, Any]]] = []
+
+    def host_takes_all() -> None:
+        for n in outbox.pending("alice"):
+            delivered.append((trio.current_time(), n))
+            outbox.ack(n["eventId"])
+    with trio.fail_after(600):
+        feed.phase(run, "a", "")
+        feed.phase(run, "b", "")
+        host_takes_all()
+        await trio.sleep(1)
+        feed.agent_ended(run, Rec(3, "checker", "failed", "b", error="boom"))
+        host_takes_all()
+        assert [t for t, _ in delivered] == [0.0, 1.0]
+        assert 'First failed agent: #3 "checker": "boom".' in text(delivered[1][1])
+        feed.agent_ended(run, Rec(4, "other", "failed", "b", error="again"))
+        feed.phase(run, "c", "")                     # the second phase end: the window holds it
+        host_takes_all()
+        assert len(delivered) == 2
+        await trio.sleep(pn.MIN_INTERVAL_S - 1)      # t=30: the window (from t=1) is still closed
+        host_takes_all()
+        assert len(delivered) == 2
+        await trio.sleep(2)
+        host_takes_all()
+    assert len(delivered) == 3
+    assert 'Phase "b" ended' in text(delivered[2][1]) and "other" not in text(delivered[2][1])
 
 
 async def test_default_off_sends_nothing(tmp_path: Path) -> None:

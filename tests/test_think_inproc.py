@@ -204,3 +204,26 @@ return {{ plain, obj, big }};
     with trio.fail_after(30):
         while fake.disconnects < 1:
             await trio.sleep(0.05)
+
+
+@pytest.mark.parametrize("in_daemon", [False, True], ids=["cli", "in-daemon"])
+async def test_a_stream_cut_mid_message_is_retried_like_the_cli(tmp_path: Path, nursery: trio.Nursery,
+                                                                api: FakeAnthropic, in_daemon: bool) -> None:
+    """Issue 32 #13: a stream that ends without message_stop, and a connection dropped
+    mid-response, are retried with the same prompt, on both paths (`claude -p` is the
+    reference: it retries and succeeds); the cut attempt's input is charged, estimated."""
+    env = await think_daemon(nursery, tmp_path, claude_engine(api.url, in_daemon=in_daemon))
+    script = ("return await parallel([() => agent('[[cutonce]] a', {detail: true}), "
+              "() => agent('[[droponce]] b', {detail: true})])")
+    run = await run_to_end(env, script, timeout=120, profile="think")
+    assert run.status == "completed", run.error
+    cut, dropped = result_of(env, run)
+    assert (cut["ok"], cut["value"]) == (True, "recovered"), cut
+    assert (dropped["ok"], dropped["value"]) == (True, "recovered"), dropped
+    assert len(requests_for(api, "[[cutonce]] a")) == 2 and len(requests_for(api, "[[droponce]] b")) == 2
+    assert in_daemon_only(api.requests) is in_daemon
+    if in_daemon:
+        for n in (1, 2):
+            a = agent_json(env, run, n)
+            assert a["costUsd"] > 0.005 and a["estimated"] is True      # the cut attempt's input too
+            assert [ln["subtype"] for ln in transcript(env, run, n) if ln.get("subtype") == "api_retry"] == ["api_retry"]

@@ -7,8 +7,11 @@ sets) and codex with request_max_retries=1: a connection that failed before any 
 began, are retried up to `retries` times. The wait honours `retry-after-ms` and
 `retry-after` (seconds or an HTTP date), else the SDKs' backoff (0.5 s doubling, at most
 8 s, less up to 25 % jitter), never more than RETRY_AFTER_MAX_S; it is a trio.sleep, so
-tests run it under MockClock. A stream that already carried events is never retried: what
-it streamed is charged and the agent fails saying where the stream broke.
+tests run it under MockClock. A stream cut mid-reply (a connection reset, or a stream that
+ends without message_stop) is retried like the others when the caller says how to tell a
+whole reply (`complete`: the claude think agent, as `claude -p` retries it); what the cut
+attempt streamed is charged (estimated). Without it (codex), a stream that already carried
+events is not retried: what it streamed is charged and the agent fails saying where.
 
 Cancelling the caller (the agent's scope: skip, run cancel, timeout) destroys the request:
 the response is closed shielded and bounded (httpx's own cleanup, cancelled too, would
@@ -85,15 +88,21 @@ OnRetry = Callable[[int, int | None, str, float], None]   # attempt, status, why
 async def stream(client: httpx.AsyncClient, url: str, headers: Mapping[str, str], body: bytes, *,
                  begin: Callable[[], None], on_event: OnEvent, on_retry: OnRetry, retries: int,
                  retry_sse_error: Callable[[Any], bool] = lambda data: False,
+                 complete: Callable[[], bool] | None = None,
                  sleep: Callable[[float], Awaitable[None]] = trio.sleep) -> Outcome:
+    """`complete`: whether the reply read so far is whole; given, a stream cut mid-reply (the
+    connection broke, or it ended before the reply did) is retried too, as `claude -p` does;
+    `begin` (called before every attempt) is where the caller banks a cut attempt's usage."""
     attempt = 0
     while True:
         attempt += 1
         begin()
         out = await _once(client, url, headers, body, on_event, retry_sse_error)
         out.attempts = attempt
-        retry = out.error is not None and not out.stopped and (out.events == 0 or out.status == -1)
-        if not retry or attempt > retries or not _worth_retrying(out):
+        cut = (complete is not None and out.events > 0 and not out.stopped and out.status == 200
+               and (out.error is not None or not complete()))
+        retry = cut or (out.error is not None and not out.stopped and (out.events == 0 or out.status == -1))
+        if not retry or attempt > retries or not (cut or _worth_retrying(out)):
             return out
         delay = retry_delay(attempt, out.headers)
         on_retry(attempt, out.status if out.status and out.status > 0 else None, out.error or "", delay)

@@ -220,6 +220,9 @@ class ClaudeThink(InDaemon):
 
         def begin() -> None:
             nonlocal reply
+            if reply.started:             # a cut attempt about to be retried: what it streamed is spent
+                turn.done = turn.done + reply.tokens
+                turn.exact = False
             reply = tm.Reply()
 
         def on_event(data: Any) -> bool:
@@ -238,5 +241,6 @@ class ClaudeThink(InDaemon):
 
         out = await think_http.stream(self.http(), tm.url(engine.baseUrl), headers, body, begin=begin,
                                       on_event=on_event, on_retry=on_retry, retries=CLAUDE_RETRIES,
-                                      retry_sse_error=lambda d: isinstance(d, dict) and d.get("type") == "error")
+                                      retry_sse_error=lambda d: isinstance(d, dict) and d.get("type") == "error",
+                                      complete=lambda: reply.complete)
         return reply, out, over[0] if over else None

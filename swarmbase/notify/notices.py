@@ -90,6 +90,15 @@ def build(run: Run, result_preview: str | None, now: float | None = None, url: s
     return with_end_hash(notice, end_hash) if end_hash else notice
 
 
+def restated(notice: dict[str, Any], event_id: str, words: str) -> dict[str, Any]:
+    """A second end notice of a run (a copy): its own eventId, since a host that already
+    took the first drops a repeated id, and `words` after the daemon's first line saying
+    why there is a second."""
+    content = [dict(block) for block in notice["payload"]["content"]]
+    content[0]["text"] += "\n" + words
+    return {**notice, "eventId": event_id, "payload": {**notice["payload"], "content": content}}
+
+
 def end_hash_of(notice: dict[str, Any]) -> str | None:
     origin = notice.get("origin")
     value = origin.get("endHash") if isinstance(origin, dict) else None

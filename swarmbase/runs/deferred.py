@@ -16,6 +16,8 @@ from typing import Awaitable, Callable, TypeVar
 import trio
 
 from .. import fsutil
+from ..jsonvalue import JsonObject
+from . import stop_note
 from .journal import Journal
 
 log = logging.getLogger("swarmbase.supervisor")
@@ -86,14 +88,29 @@ class Deferred:
             del unsaved[run_id]
             log.info("run %s: its record was saved after an earlier disk fault", run_id)
 
-    async def last_chance(self, unsaved: dict[str, Unsaved], final_write: Callable[[Unsaved], Awaitable[None]]) -> None:
-        """Shutdown (no run is live): one more pass; what still cannot be written is lost
-        with this daemon, and the log says so."""
-        lost = {run_id: len(j.pending) for run_id, j in self.journals.items()}
+    async def last_chance(self, unsaved: dict[str, Unsaved], final_write: Callable[[Unsaved], Awaitable[None]],
+                          ended_as: Callable[[Unsaved], str] = lambda live: "") -> None:
+        """Shutdown (no run is live): one more pass, and if the disk still refuses, one after
+        the reserve is given back (stop_note.py). What still cannot be written is lost with
+        this daemon: the log says so, and so does the stop note the next boot reads."""
         await self.retry(lambda run_id: None, unsaved, final_write)
-        for run_id in self.journals:
+        if (self.journals or unsaved) and stop_note.release(self.state_dir):
+            log.warning("the disk still refuses writes at the stop: gave back the %d KiB kept in reserve",
+                        stop_note.RESERVE_BYTES // 1024)
+            await self.retry(lambda run_id: None, unsaved, final_write)
+        lost: dict[str, list[str]] = {}
+        ended: dict[str, str] = {}
+        for run_id, journal in self.journals.items():
             log.error("run %s: %d paid agent result(s) could not be journaled (the disk still refuses) and "
-                      "are lost with this daemon; a resume runs them again", run_id, lost[run_id])
-        for run_id in unsaved:
+                      "are lost with this daemon; a resume runs them again", run_id, len(journal.pending))
+            lost[run_id] = [f"{len(journal.pending)} paid agent result(s) (its journal lines)"]
+        for run_id, live in unsaved.items():
             log.error("run %s: its final records could not be written (the disk still refuses); the next "
                       "start finds it as the disk has it", run_id)
+            ended[run_id] = ended_as(live)
+            lost.setdefault(run_id, []).append(
+                "its final record" + (f" (it had ended {ended[run_id]})" if ended[run_id] else ""))
+        if lost:
+            note: dict[str, JsonObject] = {run_id: {"unwritten": list(what), **(
+                {"endedAs": ended[run_id]} if ended.get(run_id) else {})} for run_id, what in lost.items()}
+            stop_note.write(self.state_dir, note)

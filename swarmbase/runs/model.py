@@ -78,6 +78,11 @@ def _ref(v: Json) -> Optional[tuple[str, int]]:
     return None
 
 
+def _notice_id(v: Json) -> Optional[str]:
+    eid = v.get("eventId") if isinstance(v, dict) else None
+    return eid if isinstance(eid, str) else None
+
+
 @attrs.define
 class Run:
     id: str
@@ -118,6 +123,8 @@ class Run:
     # Where its end notice went in the outbox log, (log id, seq) from Outbox.add: lets boot
     # queue again a notice that a torn outbox line lost (Outbox.lost_at_load).
     notice_ref: Optional[tuple[str, int]] = attrs.field(default=None, converter=_ref)
+    # The end notice's eventId when it is not the usual one (a second notice, boot.py).
+    notice_id: Optional[str] = None
     # Set when run.json was damaged and this record rebuilt from the run's other files
     # (runs/rebuild.py): {at, fault, damagedCopy, lost: [run.json keys not recovered]}.
     rebuilt: Optional[JsonObject] = None
@@ -207,7 +214,8 @@ class Run:
             "scriptComment": self.script_comment, "tokenTarget": self.token_target, "description": self.description,
             "repository": self.repository, "project": self.repository, "projectName": self.project_name,
             "link": self.link, "end": self.end,
-            "notice": {"log": self.notice_ref[0], "seq": self.notice_ref[1]} if self.notice_ref else None,
+            "notice": {"log": self.notice_ref[0], "seq": self.notice_ref[1],
+                       **({"eventId": self.notice_id} if self.notice_id else {})} if self.notice_ref else None,
             **({"rebuilt": self.rebuilt} if self.rebuilt else {}),
             **({"notify": self.notify} if self.notify else {}),
         }
@@ -252,6 +260,7 @@ class Run:
             description=_str(d.get("description")), repository=_str(d.get("repository")),
             project_name=_str(d.get("projectName")),
             notice_ref=d.get("notice"),
+            notice_id=_notice_id(d.get("notice")),
             rebuilt=d.get("rebuilt") if isinstance(d.get("rebuilt"), dict) else None,
             notify=([k for k in d["notify"] if isinstance(k, str)] or None) if isinstance(d.get("notify"), list) else None,
             link=d.get("link") if isinstance(d.get("link"), dict) else None,

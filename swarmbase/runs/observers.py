@@ -24,6 +24,7 @@ log = logging.getLogger("swarmbase.supervisor")
 
 class RunObserver(Protocol):
     def run_started(self, run: Run) -> None: ...
+    def run_ending(self, run: Run) -> None: ...
     def run_ended(self, run: Run) -> None: ...
     def agent_started(self, run: Run, rec: AgentRecord) -> None: ...
     def agent_ended(self, run: Run, rec: AgentRecord) -> None: ...
@@ -39,6 +40,9 @@ class NoObserver:
 
     def run_started(self, run: Run) -> None:
         pass
+
+    def run_ending(self, run: Run) -> None:
+        """Its status is final, its end notice not queued yet."""
 
     def run_ended(self, run: Run) -> None:
         pass
@@ -89,6 +93,9 @@ class Observers:
 
     def run_started(self, run: Run) -> None:
         self._each("run_started", lambda o: o.run_started(run))
+
+    def run_ending(self, run: Run) -> None:
+        self._each("run_ending", lambda o: o.run_ending(run))
 
     def run_ended(self, run: Run) -> None:
         self._each("run_ended", lambda o: o.run_ended(run))

@@ -284,6 +284,7 @@ class Supervisor:
         # Once the sealed end record is written, the held notice is amended to carry its
         # hash (a crash in between: boot amends it, boot.py); a record that could not be
         # written leaves the notice without one.
+        env.observers.run_ending(run)       # progress still waiting goes out ahead of the end notice
         notice = notices.build(run, preview, url=self.run_url(run.id))
         # Its place in the outbox log goes into run.json: a torn outbox line then cannot
         # lose it (boot queues it again).
@@ -369,4 +370,4 @@ class Supervisor:
             live.stop(Stop.SHUTDOWN)
         for live in pending:
             await live.finished.wait()
-        await self.env.deferred.last_chance(self.unsaved, self._final_write)
+        await self.env.deferred.last_chance(self.unsaved, self._final_write, lambda live: live.run.status)

@@ -27,6 +27,9 @@ The scenario is chosen by a marker in the prompt text, `[[name]]` or `[[name:arg
                       the prompt says (`[[gate]] [[text:X]]`: X, once the gate opens)
   [[echokey]]         reply with the x-api-key header it received (a leaking agent)
   [[cut]]             message_start and one text delta, then the stream ends (no message_stop)
+  [[cutonce]]         the first request with this prompt is [[cut]]; later ones reply "recovered"
+  [[droponce]]        the first request with this prompt: message_start and one text delta, then
+                      the connection is dropped mid-response; later ones reply "recovered"
   [[429:N]]           the first N requests with this prompt get HTTP 429 with `retry-after: 1`
   [[drip:N]]          N text deltas of 1000 characters, 0.05 s apart (`drip_sent` counts the
                       ones written; `disconnects` the streams whose client went away first)
@@ -150,6 +153,10 @@ class FakeAnthropic:
             self.refused[prompt] = self.refused.get(prompt, 0) + 1
             return Response(json.dumps({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}),
                             status=429, content_type="application/json", headers={"retry-after": "1"})
+        if kind in ("cutonce", "droponce") and self.refused.get(prompt, 0) >= 1:
+            kind, arg = "text", "recovered"
+        elif kind in ("cutonce", "droponce"):
+            self.refused[prompt] = 1
         usage = (1000, 50)
         pause = 0.0
         hang = False
@@ -215,7 +222,9 @@ class FakeAnthropic:
         elif kind == "hang":
             hang = True
             blocks = []
-        elif kind == "cut":
+        elif kind == "droponce":
+            return self.dropped(model, usage)
+        elif kind in ("cut", "cutonce"):
             return Response(b"".join(message_events(model, [{"type": "text", "text": "half an ans"}], "end_turn",
                                                      usage)[:3]), content_type="text/event-stream")
         elif kind == "drip":
@@ -239,6 +248,18 @@ class FakeAnthropic:
                 self.live -= 1
 
         resp = Response(stream(), content_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        resp.timeout = None
+        return resp
+
+    def dropped(self, model: str, usage: tuple[int, int]) -> Any:
+        events = message_events(model, [{"type": "text", "text": "half an ans"}], "end_turn", usage)
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield b"".join(events[:3])
+            await trio.sleep(0.05)
+            raise ConnectionResetError("dropped by the fake mid-response")   # the server aborts the connection
+
+        resp = Response(stream(), content_type="text/event-stream")
         resp.timeout = None
         return resp
 
