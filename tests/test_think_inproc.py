@@ -14,11 +14,13 @@ import pytest
 import trio
 
 
+from .clidaemon import cli_daemon, run_script
 from .conftest import (
     Env,
     agent_json,
     result_of,
     run_to_end,
+    write_config,
 )
 from .fakes.anthropic_api import FakeAnthropic
 from .fakes.responses_api import FakeResponses
@@ -214,3 +216,21 @@ return {{ plain, obj, big }};
     with trio.fail_after(30):
         while fake.disconnects < 1:
             await trio.sleep(0.05)
+
+
+async def test_the_daemon_log_has_no_line_per_model_request(tmp_path: Path, api: FakeAnthropic) -> None:
+    """`python -m swarmbase` configures logging: httpx's INFO "HTTP Request: …" line per
+    request (one per think agent's turn) is not in the daemon's log."""
+    key_file = tmp_path / "alice.key"
+    key_file.write_text(CANARY + "\n")
+    key_file.chmod(0o600)
+    path, tokens = write_config(tmp_path / "state", callers=["alice"], engines=claude_engine(api.url),
+                                caller_extra={"apiKeyFile": str(key_file), "maxProfile": "read"})
+    script = "return await parallel([1, 2].map((i) => () => agent(`say ${i} [[text:ok ${i}]]`)));"
+    async with cli_daemon(path) as d:
+        _, notice, res = await run_script(d.ws, tokens["alice"], script, profile="think")
+        assert res == ["ok 1", "ok 2"], notice
+    assert len(api.requests) == 2 and in_daemon_only(api.requests)
+    log = d.stderr.decode(errors="replace")
+    assert "listening on" in log                         # the log was captured
+    assert "HTTP Request:" not in log and "httpx" not in log, log
