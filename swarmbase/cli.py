@@ -141,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         from .usage import usage_command
         return usage_command(config.config_path().parent, args.start, args.end, args.caller, args.json)
     logging.basicConfig(level=logging.INFO, format="swarmbase: %(levelname)s %(name)s: %(message)s")
+    # httpx and httpcore say every request at INFO: one line per model request of every
+    # think or read agent, in-daemon, which cost the daemon CPU and buried what matters.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     if getattr(args, "syslog", False):
         _add_syslog()
     if args.cmd == "reload":

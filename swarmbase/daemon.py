@@ -317,6 +317,7 @@ async def _serve_locked(cfg: Config, *, agents: AgentService | None, limits: Run
             for relay in (services.meter, services.key_door):
                 if relay is not None:
                     await nursery.start(serve_relay, relay)
+            await nursery.start(services.launcher.deleter.serve)
             resume = interrupted if cfg.resumeInterruptedOnBoot else []
             if services.ray is not None:
                 await nursery.start(services.ray.serve)

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,18 @@ import trio
 import trio.testing
 
 from swarmbase.engines import framing
+from swarmbase.launch.deleter import remove_tree
 from swarmbase.launch.procs import process_start_time, reap_recorded_groups
 from swarmbase.runs.budget import BudgetGate, BudgetSpent, Ledger
 
 from .conftest import FAKE_CLI_KEY as KEY
 from .conftest import agent_json, dumps, fake_daemon, pid_alive, process_records, result_of, run_to_end, wait_streamed
+
+
+async def homes_emptied(homes: Path) -> None:
+    with trio.fail_after(30):
+        while any(homes.iterdir()):
+            await trio.sleep(0.02)
 
 
 async def test_exact_argv_and_environment_per_profile(tmp_path: Path, nursery: trio.Nursery,
@@ -88,8 +96,8 @@ return 1;"""
     assert e["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1"
     assert "CLAUDECODE" not in e and "SWARMBASE_TEST_AMBIENT" not in e
     assert think["cwd"] == work
-    # Private homes are deleted after each agent.
-    assert not any((env.state / "homes").iterdir())
+    # Private homes are deleted after each agent (by the deleter, after the agent's end).
+    await homes_emptied(env.state / "homes")
     # The key never went into argv or the records.
     assert not any(KEY in a for d in (think, read, write) for a in d["argv"])
     assert KEY not in "".join(p.read_text() for p in (env.services.store.dir(run) / "agents").rglob("*.json*"))
@@ -295,3 +303,33 @@ async def test_gate_waits_for_reservations_then_throws_when_nothing_frees(autoju
         gate.settle(got[0], 0.4)
         with pytest.raises(BudgetSpent, match="budget is spent"):
             await gate.reserve(0.5)
+
+
+async def test_an_agents_end_does_not_wait_for_its_home_to_be_deleted(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """Deleting a CLI agent's private home (hundreds of files for a real CLI) happens in
+    the background: with the delete held, the agents end and the run completes; released,
+    the homes go. The dirs were moved aside first, so an agent of the same key would get a
+    fresh one."""
+    env = await fake_daemon(tmp_path, nursery)
+    homes = env.state / "homes"
+    deleter = env.services.launcher.deleter
+    release = threading.Event()
+    asked: list[Path] = []
+
+    def slow_remove(path: Path) -> None:
+        asked.append(path)
+        release.wait(60)
+        remove_tree(path)
+    deleter.remove = slow_remove
+    try:
+        run = await run_to_end(env, "return await parallel([1, 2, 3].map((i) => () => agent(`noop ${i}`)));",
+                               timeout=60)
+        assert run.status == "completed", run.error
+        assert [a["state"] for a in (agent_json(env, run, n) for n in (1, 2, 3))] == ["done"] * 3
+        left = sorted(p.name for p in homes.iterdir())
+        assert len(left) >= 3 and all(name.startswith(".gone-") for name in left), left
+        assert deleter.pending >= 3
+    finally:
+        release.set()
+    await homes_emptied(homes)
+    assert asked and deleter.pending == 0

@@ -14,7 +14,8 @@ import pytest
 import trio
 
 
-from .conftest import agent_json, result_of, run_to_end
+from .clidaemon import cli_daemon, run_script
+from .conftest import agent_json, result_of, run_to_end, write_config
 from .fakes.anthropic_api import FakeAnthropic
 from .fakes.responses_api import FakeResponses
 from .think_daemon import CANARY, CODEX, SCHEMA, claude_engine, requests_for, think_daemon, transcript
@@ -227,3 +228,20 @@ async def test_a_stream_cut_mid_message_is_retried_like_the_cli(tmp_path: Path, 
             a = agent_json(env, run, n)
             assert a["costUsd"] > 0.005 and a["estimated"] is True      # the cut attempt's input too
             assert [ln["subtype"] for ln in transcript(env, run, n) if ln.get("subtype") == "api_retry"] == ["api_retry"]
+
+async def test_the_daemon_log_has_no_line_per_model_request(tmp_path: Path, api: FakeAnthropic) -> None:
+    """`python -m swarmbase` configures logging: httpx's INFO "HTTP Request: …" line per
+    request (one per think agent's turn) is not in the daemon's log."""
+    key_file = tmp_path / "alice.key"
+    key_file.write_text(CANARY + "\n")
+    key_file.chmod(0o600)
+    path, tokens = write_config(tmp_path / "state", callers=["alice"], engines=claude_engine(api.url),
+                                caller_extra={"apiKeyFile": str(key_file), "maxProfile": "read"})
+    script = "return await parallel([1, 2].map((i) => () => agent(`say ${i} [[text:ok ${i}]]`)));"
+    async with cli_daemon(path) as d:
+        _, notice, res = await run_script(d.ws, tokens["alice"], script, profile="think")
+        assert res == ["ok 1", "ok 2"], notice
+    assert len(api.requests) == 2 and in_daemon_only(api.requests)
+    log = d.stderr.decode(errors="replace")
+    assert "listening on" in log                         # the log was captured
+    assert "HTTP Request:" not in log and "httpx" not in log, log

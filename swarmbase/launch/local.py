@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
@@ -27,6 +26,7 @@ import attrs
 import trio
 
 from .. import fsutil, identity, seccomp
+from .deleter import Deleter
 from .procs import LineReader, group_process
 from .sandbox import Confinement, HostLayout, inside_path, wrap
 from .spawn import Child, on_spawner
@@ -47,8 +47,12 @@ class LocalLauncher(LauncherBase):
     on_daemon_host = True
     def __init__(self, *, mode: str, homes: Path, procs: Path, forbidden: Sequence[Path] = (),
                  layout: HostLayout | None = None, sandbox_user: str | None = None,
-                 identities: identity.Identities | None = None, netns_kind: str | None = None) -> None:
+                 identities: identity.Identities | None = None, netns_kind: str | None = None,
+                 deleter: Deleter | None = None) -> None:
         self.mode = mode
+        # Deletes children's private dirs after them; the daemon serves it so that no child's
+        # end waits for its dir's files to go.
+        self.deleter = deleter or Deleter()
         # How agents' namespaces are made (launch/netns.py); None: "thread" if the spawning
         # thread may make one, else "helper" (found out at the first agent).
         self.netns_kind = netns_kind
@@ -162,8 +166,8 @@ class LocalLauncher(LauncherBase):
     async def open(self, spec: LaunchSpec, *, stdin: int | None = None, stdout: int | None = subprocess.PIPE,
                    stderr: int | None = None, grace: float = 1.0) -> AsyncIterator[Child]:
         """The process with the pipes asked for, killed as a group on exit; its private
-        dir is made before and deleted after (in a worker thread: a burst of agents made
-        and removed hundreds of files on the event loop). Its paths are pinned here, after
+        dir is made before (in a worker thread: a burst of agents made hundreds of files on
+        the event loop) and handed to the deleter after. Its paths are pinned here, after
         every wait the caller had."""
         private = await trio.to_thread.run_sync(self._prepare, spec) if (spec.dirs or spec.files or spec.stdin_file) else None
         to_close: set[int] = set()
@@ -211,8 +215,7 @@ class LocalLauncher(LauncherBase):
             if ns is not None:
                 ns.close()
             if private is not None:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(shutil.rmtree, private, True)
+                await self.deleter.discard(private)
 
     async def run(self, spec: LaunchSpec, on_line: OnLine, started: Started | None = None) -> ProcResult:
         """Run until the final event, the leader's exit, or the idle watchdog. Cancelling
