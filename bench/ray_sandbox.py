@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -76,7 +78,8 @@ def inside(args: argparse.Namespace) -> None:
     env = {"PATH": search}
     try:           # a claude agent's key door on its node (issue 31 #3), where this tree has one
         from swarmbase.launch.spec import KEY_DOOR_BEARER, KEY_DOOR_URL, ModelKey
-        spec_args.update(egress=(), model_key=ModelKey(key="sk-bench", upstream="http://127.0.0.1:18080"))
+        given = {"bearer": "bench-bearer-0123456789"} if "bearer" in attrs.fields_dict(ModelKey) else {}  # v4
+        spec_args.update(egress=(), model_key=ModelKey(key="sk-bench", upstream="http://127.0.0.1:18080", **given))
         env.update(ANTHROPIC_API_KEY=KEY_DOOR_BEARER, ANTHROPIC_BASE_URL=KEY_DOOR_URL)
     except ImportError:
         pass

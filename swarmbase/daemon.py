@@ -144,7 +144,8 @@ def build_engines(cfg: Config, redact: Redactor, store: RunStore, runs: Mapping[
     meter = key_door = None
     if cfg.engines.claude is not None:
         key_door = KeyDoor(redact=redact)
-        engines["claude"] = ThinkRouter(ClaudeEngine(cfg, key_door), ClaudeThink(cfg), cfg.engines.claude.inProcessThink,
+        engines["claude"] = ThinkRouter(ClaudeEngine(cfg, key_door, redact=redact), ClaudeThink(cfg),
+                                        cfg.engines.claude.inProcessThink,
                                         ClaudeRead(cfg, opener) if opener is not None else None)
     if cfg.engines.codex is not None:
         meter = Meter(redact=redact)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
@@ -266,7 +267,9 @@ async def test_the_callers_key_never_enters_a_node_agent(cluster: RayCluster, da
     """Issue 31 #3 on Ray: while the node agent's request is held at the API, no process of
     it has the caller's key in its environment or argv and no file in the node's agent
     homes has it; the CLI holds a bearer and the URL of its node's key door (its own
-    `env`, sent back to the model, says so), and the API gets the key from that door."""
+    `env`, sent back to the model, says so), and the API gets the key from that door.
+    That bearer was made by the daemon, whose redactor held it: the run's transcript,
+    records and status show the redaction mark where the agent printed it."""
     prompt = "[[gate]] [[bash:env; tr '\\0' '\\n' < /proc/$PPID/environ]]"
     async with mcpl(cluster, daemon.token) as host:
         run = await start_run(host, f"return await agent({json.dumps(prompt)}, {{placement: 'ray', profile: 'write'}})")
@@ -285,6 +288,12 @@ async def test_the_callers_key_never_enters_a_node_agent(cluster: RayCluster, da
     assert "ANTHROPIC_API_KEY=" in told and "ANTHROPIC_BASE_URL=http://127.0.0.1:" in told
     assert KEY not in told
     assert len(api.requests) >= 2 and all(r["headers"].get("x-api-key") == KEY for r in api.requests)
+    bearers = {m.decode() for pid in clis for m in re.findall(rb"ANTHROPIC_API_KEY=([^\0\n]+)", held[pid])}
+    written = "".join(f.read_text(errors="replace") for d in daemon.state.glob(f"runs/*{run}")
+                      for f in d.rglob("*") if f.is_file())
+    assert bearers and all(b in told for b in bearers), bearers        # the agent really printed it
+    assert "ANTHROPIC_API_KEY=[redacted]" in written, written[-2000:]
+    assert not [b for b in bearers if b in written or b in json.dumps(st)], bearers
 
 
 async def test_node_death_fails_its_agent_and_the_run_completes(cluster: RayCluster, daemon: Daemon,

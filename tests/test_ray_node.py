@@ -313,8 +313,9 @@ def test_the_callers_key_stays_in_the_nodes_key_door(tmp_path: Path, node_dir: P
     canary = "sk-ant-nodecanary-" + os.urandom(8).hex()
     srv, seen = model_api()
     port = srv.server_address[1]
+    given = "daemon-made-bearer-" + os.urandom(8).hex()
     p = payload(tmp_path, ["/usr/bin/python3", "-c", KEY_PROBE, str(port)], sandbox=sandbox, stdin_file=None,
-                egress=[], keyDoor={"key": canary, "upstream": f"http://127.0.0.1:{port}/gw"})
+                egress=[], keyDoor={"key": canary, "upstream": f"http://127.0.0.1:{port}/gw", "bearer": given})
     p["env"].update(ANTHROPIC_API_KEY=KEY_DOOR_BEARER, ANTHROPIC_BASE_URL=KEY_DOOR_URL)
     body = node_agent.run_agent(p)
     try:
@@ -336,7 +337,7 @@ def test_the_callers_key_stays_in_the_nodes_key_door(tmp_path: Path, node_dir: P
     said = dict(line.split(" ", 1) for line in lines if " " in line)
     assert agent and not [pid for pid, text in held.items() if canary.encode() in text], held
     assert any(b"ANTHROPIC_API_KEY=" + said["bearer"].encode() in text for text in held.values())
-    assert said["bearer"] not in (canary, KEY_DOOR_BEARER) and said["url"].startswith("http://127.0.0.1:"), said
+    assert said["bearer"] == given and said["url"].startswith("http://127.0.0.1:"), said   # the daemon's bearer
     assert said["answer"] == '{"ok": true}', lines
     assert [(r["path"], r["x-api-key"]) for r in seen] == [("/gw/v1/messages?beta=true", canary)], seen
     if sandbox == "bwrap":
@@ -357,16 +358,95 @@ def test_the_payload_carries_the_key_for_the_key_door_only(tmp_path: Path) -> No
     job = AgentJob(run_id="r", n=1, label="", engine="claude", model=None, effort=None, profile="write", schema=None,
                    prompt="p", cwd=str(tmp_path), api_key="sk-canary-1", max_usd=1, max_tokens=1,
                    caller_max_profile="write", timeout_ms=1, network=("pypi.org:443",))
-    spec = ClaudeEngine(cfg).spec(job, beside=True)
+    bearer = "bearer-canary-" + os.urandom(8).hex()
+    spec = ClaudeEngine(cfg).spec(job, bearer, beside=True)
     assert spec.env["ANTHROPIC_API_KEY"] == KEY_DOOR_BEARER and spec.env["ANTHROPIC_BASE_URL"] == KEY_DOOR_URL
+    with pytest.raises(ValueError):             # off this machine never without the bearer (nor with the key)
+        ClaudeEngine(cfg).spec(job, beside=True)
     assert spec.egress == (Endpoint("pypi.org", 443),)          # no door to the API itself
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     sent = RayLauncher(cfg)._payload(spec, False)
-    assert "sk-canary-1" not in repr({k: v for k, v in sent.items() if k != "keyDoor"})
+    outside = repr({k: v for k, v in sent.items() if k != "keyDoor"})
+    assert "sk-canary-1" not in outside and bearer not in outside
     assert confine.model_key_of(json.loads(json.dumps({"keyDoor": sent["keyDoor"]}))) == spec.model_key
     assert spec.model_key is not None and spec.model_key.upstream == "https://gw.example:8443/a"
-    assert "sk-canary-1" not in repr(spec)
+    assert spec.model_key.bearer == bearer and sent["keyDoor"]["bearer"] == bearer
+    assert "sk-canary-1" not in repr(spec) and bearer not in repr(spec)
     assert confine.model_key_of({}) is None
+
+
+# A claude CLI stand-in that says what it holds as its key, in its stream and its result.
+ECHO_KEY_CLI = """#!{python}
+import json, os, sys
+sys.stdin.read()
+key = os.environ["ANTHROPIC_API_KEY"]
+print(json.dumps({{"type": "system", "subtype": "init", "model": "claude-fake", "apiKey": key}}))
+print(json.dumps({{"type": "result", "subtype": "success", "is_error": False, "result": "my key is " + key,
+                  "total_cost_usd": 0.01, "usage": {{"input_tokens": 1, "output_tokens": 1}}}}))
+"""
+
+
+class NodeStandIn:
+    """A Ray placement without Ray: RayLauncher's payload for the spec, run by the node's
+    task body here (its key door included), its lines fed back as the launcher feeds them."""
+    initial_state = "running"
+    confined = False
+    spawned = 0
+    on_daemon_host = False
+
+    def __init__(self, cfg: config.Config) -> None:
+        from swarmbase.launch.ray import RayLauncher
+        self.ray = RayLauncher(cfg)
+        self.payloads: list[dict[str, Any]] = []
+        self.raw: list[bytes] = []
+
+    async def run(self, spec: Any, on_line: Any, started: Any = None) -> Any:
+        import trio
+        from swarmbase.launch.spec import ProcResult
+        payload = self.ray._payload(spec, False)
+        self.payloads.append(payload)
+        items = await trio.to_thread.run_sync(lambda: list(node_agent.run_agent(payload)))
+        res = ProcResult()
+        for item in items:
+            if isinstance(item, list):
+                for line in item:
+                    self.raw.append(line)
+                    res.final_seen = on_line(line) or res.final_seen
+            elif item.get("kind") == "exit":
+                res.exit_code = item["code"]
+            elif item.get("kind") == "spawn-error":
+                res.spawn_error = item["detail"]
+        return res
+
+
+async def test_a_node_agents_bearer_is_redacted_while_it_lives(tmp_path: Path, node_dir: Path) -> None:
+    """Issue 31 #3: the daemon makes a node agent's bearer and its redactor holds it for
+    the agent's life, as for a local agent: an agent that echoes its ANTHROPIC_API_KEY
+    leaves the redaction mark in its transcript and its result, never the bearer (which
+    it really held: its raw stream has it), and the bearer is dropped once it ended."""
+    from swarmbase.engines.base import AgentIO, AgentJob
+    from swarmbase.engines.claude_agent import ClaudeEngine
+    from swarmbase.runs.records import Transcript
+    cli = tmp_path / "claude"
+    cli.write_text(ECHO_KEY_CLI.format(python=sys.executable))
+    cli.chmod(0o755)
+    cfg = ray_config(tmp_path, engines={"claude": {"bin": str(cli)}})
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    redact = Redactor(["sk-canary-node-1"])
+    job = AgentJob(run_id="r", n=1, label="", engine="claude", model=None, effort=None, profile="write", schema=None,
+                   prompt="p", cwd=str(tmp_path / "cwd"), api_key="sk-canary-node-1", max_usd=1, max_tokens=1,
+                   caller_max_profile="write", timeout_ms=1)
+    node = NodeStandIn(cfg)
+    transcript = Transcript(tmp_path / "transcript.jsonl", redact)
+    verdict = await ClaudeEngine(cfg, redact=redact).run(job, AgentIO(launcher=node, transcript=transcript.append))
+    transcript.close()
+    bearer = node.payloads[0]["keyDoor"]["bearer"]
+    assert bearer and any(bearer.encode() in line for line in node.raw), node.raw   # the CLI held it
+    written = (tmp_path / "transcript.jsonl").read_text()
+    assert bearer not in written and '"apiKey":"[redacted]"' in written, written
+    assert verdict.ok and verdict.value == "my key is [redacted]", verdict
+    assert bearer not in json.dumps([verdict.value, verdict.text, verdict.error])
+    assert bearer not in redact.secrets and "sk-canary-node-1" in redact.secrets   # dropped with the agent
 
 
 def test_a_cancelled_task_kills_the_group_and_what_left_it(tmp_path: Path, node_dir: Path) -> None:

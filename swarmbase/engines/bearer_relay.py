@@ -97,6 +97,9 @@ class Redacts(Protocol):
 
     def discard(self, secret: str | None) -> None: ...
 
+    def __call__(self, text: str) -> str:
+        """The text with every secret known now replaced."""
+
 
 class HasBearer(Protocol):
     @property

@@ -93,8 +93,9 @@ class KeyDoor(BearerRelay[DoorAgent]):
     """The registry of live claude agents' bearers plus the ASGI app that relays them."""
     refused = 0                      # requests refused for their bearer (tests, benches)
 
-    def register(self, key: str, upstream: str) -> DoorAgent:
-        return self.hold(DoorAgent(bearer=new_bearer(), key=key, upstream=upstream.rstrip("/")))
+    def register(self, key: str, upstream: str, bearer: str | None = None) -> DoorAgent:
+        """A live agent: its bearer is new, or the one given (a node's door: the daemon made it)."""
+        return self.hold(DoorAgent(bearer=bearer or new_bearer(), key=key, upstream=upstream.rstrip("/")))
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":

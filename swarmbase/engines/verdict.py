@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Callable
 
 import attrs
 
@@ -20,3 +21,13 @@ class Verdict:
     exit_code: int | None = None
     text: str | None = None              # the agent's final text (for detail records)
     schema_error: str | None = None      # the structured output failed the schema
+
+
+def scrubbed(verdict: Verdict, redact: Callable[[str], str]) -> Verdict:
+    """The verdict with every secret `redact` knows now replaced in what the agent said:
+    its bearer is dropped from the redactor before the verdict is recorded."""
+    def text(s: str | None) -> str | None:
+        return None if s is None else redact(s)
+    value = verdict.value if verdict.value is None else json.loads(redact(json.dumps(verdict.value, ensure_ascii=False)))
+    return attrs.evolve(verdict, value=value, error=text(verdict.error), text=text(verdict.text),
+                        schema_error=text(verdict.schema_error))

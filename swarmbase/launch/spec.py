@@ -35,11 +35,14 @@ KEY_DOOR_URL = "@KEY_DOOR_URL@"
 class ModelKey:
     """The caller's model API key, for a process placed where the daemon's key door
     (engines/key_door.py) is out of reach: its launcher runs a key door of its own beside
-    the process (a Ray node: node/door.py), registers the key there, puts that door's
-    bearer and URL where the env says KEY_DOOR_BEARER and KEY_DOOR_URL, and gives the
-    process's network a door to it. The key itself never enters the process's env."""
+    the process (a Ray node: node/door.py), registers the key there under `bearer`, puts
+    that bearer and the door's URL where the env says KEY_DOOR_BEARER and KEY_DOOR_URL, and
+    gives the process's network a door to it. The key itself never enters the process's
+    env. The daemon makes the bearer (not the node) so that its redactor knows it while
+    the process lives, as it knows a local agent's."""
     key: str = attrs.field(repr=False)
     upstream: str                              # the model API's base URL (engines.claude.baseUrl, or the vendor's)
+    bearer: str = attrs.field(repr=False)      # what the process holds instead of the key
 
 
 @attrs.frozen

@@ -14,7 +14,8 @@ env, cwd, files, what to mount, and what the sandbox needs from the daemon
 arguments, to the key door this node runs for the agent (node/door.py) — never into the
 CLI's env, argv, files, a runtime_env, or a log line. The CLI gets what a local agent
 gets, from the same pieces: the caller's uid (a root node drops to it), the seccomp
-filter, no capability, no new privileges, a bearer of its own for its key door, and a
+filter, no capability, no new privileges, a bearer of its own for its key door (made by the
+daemon, whose redactor knows it while the agent lives), and a
 network namespace whose door to the model API (the daemon's relay, on the node) leads to
 that key door; a node that cannot give all of it refuses the agent and says why.
 """
@@ -44,7 +45,8 @@ from .guardian import Guarded
 
 # v2: the caller's uid, the door's destinations and the seccomp profile (node/confine.py).
 # v3: the caller's key for the node's key door ("keyDoor"), no longer in the env.
-PAYLOAD_VERSION = 3
+# v4: the agent's bearer, made by the daemon (its redactor knows it), in "keyDoor".
+PAYLOAD_VERSION = 4
 
 
 def where() -> tuple[str, str]:

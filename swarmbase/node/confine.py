@@ -4,8 +4,8 @@ sandbox in silence).
 
 The payload (launch/ray.py builds it) carries what the node cannot know by itself: the
 uid the daemon allocated to the agent's caller (identity.py: the same allocation, and so
-the same uid, as that caller's local agents), the caller's key for the key door the
-node runs beside the agent (launch/spec.ModelKey; the agent's door to its model API leads
+the same uid, as that caller's local agents), the caller's key (and the agent's bearer) for the key door
+the node runs beside the agent (launch/spec.ModelKey; the agent's door to its model API leads
 there), the other host:ports its doors may reach (a write agent's `network`,
 launch/egress.py), and whether the CLI builds a sandbox of its own (the seccomp profile). A root node drops to that uid before the sandbox, exactly as a root daemon
 does; a node that is not root runs agents as its own user, as a daemon that is not root
@@ -37,9 +37,10 @@ def egress_of(payload: Mapping[str, Any]) -> tuple[Endpoint, ...] | None:
 
 
 def model_key_of(payload: Mapping[str, Any]) -> ModelKey | None:
-    """The caller's key and model API, for the key door the node runs beside the agent."""
+    """The caller's key and model API, and the bearer the daemon made for the agent, for
+    the key door the node runs beside it."""
     k = payload.get("keyDoor")
-    return None if k is None else ModelKey(key=str(k["key"]), upstream=str(k["upstream"]))
+    return None if k is None else ModelKey(key=str(k["key"]), upstream=str(k["upstream"]), bearer=str(k["bearer"]))
 
 
 def payload_user(user: SandboxUser | None) -> dict[str, Any] | None:
@@ -54,7 +55,8 @@ def payload_egress(egress: tuple[Endpoint, ...] | None) -> list[list[Any]] | Non
 
 def payload_model_key(model_key: ModelKey | None) -> dict[str, str] | None:
     """The daemon's half of model_key_of."""
-    return None if model_key is None else {"key": model_key.key, "upstream": model_key.upstream}
+    return None if model_key is None else {"key": model_key.key, "upstream": model_key.upstream,
+                                            "bearer": model_key.bearer}
 
 
 def refusal(wanted: str, layout: HostLayout, euid: int, user: SandboxUser | None, node: str) -> str | None:

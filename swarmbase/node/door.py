@@ -5,8 +5,8 @@ machine, not copies: engines/key_door.KeyDoor (served as the daemon serves it) a
 launch/netns.relaying / launch/egress.Relay.
 
 - `key_door(model_key)`: a KeyDoor of the agent's own on the node's loopback, holding the
-  caller's key (from the task's arguments, never the agent's env); the CLI gets its
-  bearer and URL, and the namespace's door to the model API leads to it. TLS to the API
+  caller's key (from the task's arguments, never the agent's env) for the bearer the
+  daemon made (so the daemon's redactor knows it); the CLI gets that bearer and the URL, and the namespace's door to the model API leads to it. TLS to the API
   starts there, on the node.
 - `relay(ns)` before the fork, `spawned()` once the CLI runs (the child's fds are closed,
   the listeners taken over).
@@ -33,11 +33,12 @@ T = TypeVar("T")
 
 @asynccontextmanager
 async def serving_key_door(model_key: ModelKey) -> AsyncIterator[tuple[str, str]]:
-    """(its URL, the agent's bearer) while a key door holding this key serves on loopback."""
+    """(its URL, the agent's bearer) while a key door holding this key for the bearer the
+    daemon made serves on loopback."""
     door = KeyDoor()
     async with trio.open_nursery() as n:
         await n.start(serve_relay, door)
-        agent = door.register(model_key.key, model_key.upstream)
+        agent = door.register(model_key.key, model_key.upstream, model_key.bearer)
         try:
             yield door.url, agent.bearer
         finally:
