@@ -89,6 +89,9 @@ class LiveRun:
     # The journal: this run's, the old one's entries a resume replays, and the key counter.
     journal: Journal | None = None
     journal_lock: trio.Lock = attrs.Factory(trio.Lock)
+    # Lines of agents that ended while a journal write was under way: the next lock holder
+    # writes them all with one fsync (journal_append).
+    journal_waiting: list[JsonObject] = attrs.Factory(list)
     replay: dict[str, JsonObject] = attrs.Factory(dict)    # key -> old journal entry
     keys: KeyCounter = attrs.Factory(KeyCounter)
     args_digest: str = ""
@@ -240,14 +243,19 @@ class LiveRun:
         A full disk keeps it in memory (the agent's paid result is not lost: it is written
         when space returns, and resume waits for it) and the answer goes to the script."""
         assert self.journal is not None
+        journal = self.journal
+        self.journal_waiting.append(entry)
         async with self.journal_lock:
+            if not any(e is entry for e in self.journal_waiting):
+                return          # a group commit made while this waited for the lock wrote it
+            batch, self.journal_waiting = self.journal_waiting, []
             try:
-                await trio.to_thread.run_sync(self.journal.append, entry)
+                await trio.to_thread.run_sync(journal.append_many, batch)
             except OSError as e:
                 fault = fsutil.disk_fault(e)
                 if fault is None:
                     raise
-                self.env.deferred.journal_refused(self.run.id, self.journal, fault)
+                self.env.deferred.journal_refused(self.run.id, journal, fault)
 
     # -- phases: one group per (workflow path, title), as Claude Code groups them --------
     def declare_phases(self) -> None:
