@@ -297,3 +297,44 @@ def test_an_ended_runs_seal_and_history_stay_on_disk_until_needed(tmp_path: Path
     (store.dir(run) / "run.json").write_text("{torn")
     with pytest.raises(OSError, match="cannot be read back"):
         run.to_json()                                        # never a record without its seal
+
+
+async def test_agents_ending_together_share_one_journal_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A group commit (issue 33 item 4): while one line's fsync is under way, the lines of
+    # agents that end meanwhile are written together by the next lock holder, one fsync for
+    # all; every caller returns only once its own line is on disk.
+    from types import SimpleNamespace
+
+    from swarmbase import fsutil
+    from swarmbase.runs.live import LiveRun
+
+    path = tmp_path / "journal.jsonl"
+    j = journal.Journal(path, "run_x", "d")
+    syncs: list[int] = []
+    real = fsutil.fsync_file
+
+    def slow_fsync(p: Path) -> None:
+        syncs.append(len(path.read_text().splitlines()))
+        import time
+        time.sleep(0.2)                       # the first fsync holds the lock while others arrive
+        real(p)
+
+    monkeypatch.setattr(fsutil, "fsync_file", slow_fsync)
+    live = SimpleNamespace(journal=j, journal_lock=trio.Lock(), journal_waiting=[], run=SimpleNamespace(id="run_x"))
+    returned: list[int] = []
+
+    async def one(n: int) -> None:
+        await LiveRun.journal_append(live, {"key": f"k{n}", "n": n, "ok": True})  # type: ignore[arg-type]
+        returned.append(n)
+        assert f'"k{n}"' in path.read_text()            # on disk when it returns
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one, 0)
+            await trio.sleep(0.05)
+            for n in range(1, 6):
+                nursery.start_soon(one, n)
+    assert sorted(returned) == list(range(6))
+    assert len(syncs) == 2 and syncs == [2, 7]          # header + line 0; then lines 1-5 together
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines[1]["n"] == 0 and sorted(e["n"] for e in lines[2:]) == [1, 2, 3, 4, 5]
