@@ -136,7 +136,8 @@ async def test_a_type_asking_above_the_callers_max_profile_is_narrowed_and_says_
         tmp_path: Path, nursery: trio.Nursery, claude_bin: str) -> None:
     api = await nursery.start(FakeAnthropic().serve)
     app = make_project(tmp_path / "roots" / "app", "the app")
-    add_agents(app, {"executor": EXECUTOR.replace("model: sonnet", "model: claude-haiku-5-5")})
+    add_agents(app, {"executor": EXECUTOR.replace("model: sonnet", "model: claude-haiku-5-5"),
+                     "web": "---\nname: web\ndescription: fetches pages\ntools: WebFetch\n---\nFetch.\n"})
     env = await project_daemon(tmp_path, nursery, api.url, {"default": str(app)},
                                caller_extra={"maxProfile": "read", "models": {"claude": ["claude-opus-*"]}})
     run = await run_to_end(env, "return await agent('[[text:read only]] narrow-1', { agentType: 'executor' })",
@@ -151,6 +152,12 @@ async def test_a_type_asking_above_the_callers_max_profile_is_narrowed_and_says_
     assert any("needs the write profile for its tools; it runs as read, the most this caller's maxProfile allows"
                in ln for ln in notes), notes
     assert any("names model 'claude-haiku-5-5', which caller 'alice' may not use" in ln for ln in notes), notes
+    # A type naming only WebFetch keeps the read profile that offers it, without Read & co.
+    web = await run_to_end(env, "return await agent('[[text:fetched]] web-1', { agentType: 'web' })", timeout=150)
+    assert web.status == "completed", web.error
+    assert agent_json(env, web, 1)["profile"] == "read"
+    web_tools = tool_names(request_for(api, "web-1"))
+    assert "WebFetch" in web_tools and not {"Read", "Grep", "Glob", "Bash"} & web_tools, web_tools
     explicit = await run_to_end(env, "return await agent('x', { agentType: 'executor', profile: 'write' })"
                                      ".catch((e) => e.message)", timeout=60)
     assert "above this caller's maxProfile 'read'" in result_of(env, explicit)

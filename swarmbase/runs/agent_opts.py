@@ -240,12 +240,14 @@ def resolve(prompt: str, opts: JsonObject, run: Run, caller: Caller, cfg: Config
         if not isinstance(disallowed, list) or not all(isinstance(t, str) and 0 < len(t) <= 200 for t in disallowed):
             raise OptionError("agent(): opts.disallowedTools must be an array of tool names")
         disallowed = tuple(dict.fromkeys(disallowed))
+    # Only the script's own list lowers the profile: a type naming WebFetch alone keeps the
+    # read profile that offers it, without Read, Grep and Glob.
+    while disallowed and profile in PROFILE_OWN_TOOLS and set(PROFILE_OWN_TOOLS[profile]) <= set(disallowed):
+        profile = PROFILES[PROFILES.index(profile) - 1]
     if type_file is not None and type_file.tools is not None:
         # The profile's tools the file does not name are not offered (the file's list is exact).
         unnamed = [t for own in PROFILE_OWN_TOOLS.values() for t in own if t not in type_file.tools]
         disallowed = tuple(dict.fromkeys([*(disallowed or ()), *unnamed]))
-    while disallowed and profile in PROFILE_OWN_TOOLS and set(PROFILE_OWN_TOOLS[profile]) <= set(disallowed):
-        profile = PROFILES[PROFILES.index(profile) - 1]
     schema = opts.get("schema")
     if schema is not None:
         _type("schema", schema, dict, "a JSON Schema object")
