@@ -119,4 +119,3 @@ def test_the_claude_argv_takes_a_type_body_as_a_file() -> None:
     argv = claude.argv(call)
     assert argv[argv.index("--system-prompt-file") + 1] == "/a/system-prompt.md"
     assert "--system-prompt-file" not in claude.argv(attrs.evolve(call, system_prompt_file=None))
-
