@@ -65,8 +65,9 @@ async def write(store: RunStore, live: LiveRun, final: bool = False) -> None:
     run = live.run
     d = store.dir(run)
     logs, w.log = w.log, []
-    # An ended agent's record is durable, but a replayed one's: the journal it was replayed
-    # from is (its lines are carried into this run's), so a fsync each bought nothing.
+    # An ended agent's record is made durable, except a replayed one's: the journal it was
+    # replayed from is durable (its lines are carried into this run's), so a fsync each
+    # bought nothing but time (a power loss can lose those records; the journal keeps them).
     agents = [(rec.dir / "agent.json", rec.to_json(), rec.state in ENDED, rec.state in ENDED and not rec.replayed)
               for rec in w.agents.values()]
     inputs, w.agents, w.inputs = w.inputs, {}, {}
